@@ -1,0 +1,129 @@
+/* linattn: linear attention kernels for CPUs.
+ *
+ * One stable C API. Every entry point checks its arguments, returns a status
+ * and writes nothing when the arguments are bad. Computation runs on the
+ * kernel table picked at load time for this CPU (see linattn_set_isa). */
+#ifndef LINATTN_H
+#define LINATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(LINATTN_BUILDING) && defined(__GNUC__)
+#define LINATTN_API __attribute__((visibility("default")))
+#else
+#define LINATTN_API
+#endif
+
+#define LINATTN_VERSION_MAJOR 0
+#define LINATTN_VERSION_MINOR 1
+#define LINATTN_VERSION_PATCH 0
+
+typedef enum {
+    LINATTN_OK = 0,
+    LINATTN_E_NULL,    /* a required pointer is NULL, or s/z not given as a pair */
+    LINATTN_E_SHAPE,   /* a dimension < 1, or byte counts overflow */
+    LINATTN_E_STRIDE,  /* a negative stride */
+    LINATTN_E_ARG,     /* bad enum, eps, scale, chunk, struct_size, gate values */
+    LINATTN_E_ISA,     /* the requested instruction set cannot run here */
+    LINATTN_E_NOMEM,   /* workspace allocation failed */
+    LINATTN_E_OVERLAP  /* an output overlaps itself, an input or another output */
+} linattn_status;
+
+/* Never NULL, also for codes not in the enum. */
+LINATTN_API const char *linattn_strerror(linattn_status s);
+/* "MAJOR.MINOR.PATCH" */
+LINATTN_API const char *linattn_version(void);
+
+typedef enum {
+    LINATTN_ISA_AUTO = 0,
+    LINATTN_ISA_SCALAR,
+    LINATTN_ISA_AVX2,   /* AVX2 + FMA */
+    LINATTN_ISA_AVX512, /* AVX-512F */
+    LINATTN_ISA_NEON    /* AArch64 Advanced SIMD */
+} linattn_isa;
+
+/* 1 when this build has the table and this CPU can run it. AUTO: 1. */
+LINATTN_API int linattn_isa_available(linattn_isa isa);
+/* Makes isa the active table for the whole process; AUTO picks the best
+ * available one. LINATTN_E_ISA (and no change) when it cannot run here. */
+LINATTN_API linattn_status linattn_set_isa(linattn_isa isa);
+/* The active table, never AUTO. When LINATTN_ISA named a table that cannot
+ * run, this is the best available one, but compute calls return
+ * LINATTN_E_ISA until linattn_set_isa succeeds. */
+LINATTN_API linattn_isa linattn_get_isa(void);
+/* "auto", "scalar", "avx2", "avx512", "neon"; "unknown" otherwise. */
+LINATTN_API const char *linattn_isa_name(linattn_isa isa);
+
+typedef enum {
+    LINATTN_PHI_ELU1 = 0, /* elu(x) + 1 */
+    LINATTN_PHI_RELU,     /* max(x, 0) */
+    LINATTN_PHI_IDENTITY  /* x */
+} linattn_phi;
+
+typedef enum {
+    LINATTN_GATE_NONE = 0, /* no decay */
+    LINATTN_GATE_HEAD,     /* g[h]: one log-decay per head (RetNet) */
+    LINATTN_GATE_TOKEN,    /* g[b,h,t]: one per token (Mamba-2 SSD) */
+    LINATTN_GATE_CHANNEL   /* g[b,h,t,0..dk-1]: one per key channel (GLA) */
+} linattn_gate;
+
+typedef enum {
+    LINATTN_ALGO_AUTO = 0,
+    LINATTN_ALGO_CHUNKED,  /* matrix-shaped chunks: prefill */
+    LINATTN_ALGO_RECURRENT /* token by token */
+} linattn_algo;
+
+/* Strides in elements. The feature dimension is always contiguous. */
+typedef struct {
+    int64_t batch, head, token;
+} linattn_strides;
+
+typedef struct {
+    size_t struct_size; /* sizeof(linattn_config); set by linattn_config_init */
+    int64_t batch, heads, seq_len, dk, dv;
+    linattn_phi phi;   /* ELU1 */
+    linattn_gate gate; /* NONE */
+    linattn_algo algo; /* AUTO */
+    int causal;        /* 1 */
+    int normalize;     /* 1 */
+    float eps;         /* 1e-6f */
+    float scale;       /* 1.0f */
+    int64_t chunk;     /* 0 = library's choice */
+    int num_threads;   /* 0 = library default, 1 = calling thread only */
+    linattn_strides q, k, v, o, g; /* init: contiguous [B][H][T][D] ([B][H][T][dk] for g) */
+} linattn_config;
+
+/* Defaults as commented above; all strides contiguous. */
+LINATTN_API void linattn_config_init(linattn_config *cfg, int64_t batch, int64_t heads,
+                                     int64_t seq_len, int64_t dk, int64_t dv);
+/* Sets cfg->gate and cfg->g to the contiguous layout of that gate kind:
+ * HEAD [H] (batch stride 0), TOKEN [B][H][T], CHANNEL [B][H][T][dk].
+ * Call it after linattn_config_init and before changing g strides. */
+LINATTN_API void linattn_config_set_gate(linattn_config *cfg, linattn_gate gate);
+
+/* Whole sequence. s: [B][H][dk][dv], z: [B][H][dk], contiguous, in/out: read
+ * as the initial state and overwritten with the final state; NULL means a
+ * zero initial state and no final state (with normalize = 1, s and z are both
+ * NULL or both given; with normalize = 0, z is ignored). g: NULL unless
+ * cfg->gate != NONE; its values must be finite and <= 0. */
+LINATTN_API linattn_status linattn_forward(const linattn_config *cfg, const float *q,
+                                           const float *k, const float *v, const float *g,
+                                           float *o, float *s, float *z);
+
+/* One decode step: one token per (b, h), addressed by the batch and head
+ * strides (seq_len and token strides ignored). s required, and z when
+ * normalising. Never allocates. */
+LINATTN_API linattn_status linattn_step(const linattn_config *cfg, const float *q,
+                                        const float *k, const float *v, const float *g,
+                                        float *o, float *s, float *z);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LINATTN_H */

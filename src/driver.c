@@ -1,0 +1,165 @@
+/* The ISA-independent driver: resolves strides and state into one la_head
+ * per (batch, head) and runs the table's kernels. Each head is computed by
+ * exactly one thread with the same operations in the same order whatever the
+ * thread count, so results are bitwise identical for any num_threads. */
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "internal.h"
+
+enum { ALIGN = 64 };
+
+static size_t round_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static int thread_count(const linattn_config *cfg, int64_t heads)
+{
+    int n = cfg->num_threads;
+#ifdef _OPENMP
+    if (n == 0)
+        n = omp_get_max_threads();
+#else
+    n = 1;
+#endif
+    if (n < 1)
+        n = 1;
+    return heads < n ? (int)heads : n;
+}
+
+int64_t la_chunk_for(const la_kernels *t, const linattn_config *cfg)
+{
+    const la_gate gate = cfg->gate == LINATTN_GATE_NONE      ? LA_GATE_NONE
+                         : cfg->gate == LINATTN_GATE_CHANNEL ? LA_GATE_CHANNEL
+                                                             : LA_GATE_TOKEN;
+    int64_t c = cfg->chunk ? cfg->chunk : t->default_chunk(cfg->dk, cfg->dv, gate);
+    return c < cfg->seq_len ? c : cfg->seq_len;
+}
+
+/* The head problem of (b, h) for a call of T tokens. */
+static la_head head_at(const linattn_config *cfg, int64_t b, int64_t hd, int64_t T,
+                       const float *q, const float *k, const float *v, const float *g,
+                       float *o)
+{
+    la_head h;
+    memset(&h, 0, sizeof h);
+    h.T = T;
+    h.dk = cfg->dk;
+    h.dv = cfg->dv;
+    h.q = q + b * cfg->q.batch + hd * cfg->q.head;
+    h.k = k + b * cfg->k.batch + hd * cfg->k.head;
+    h.v = v + b * cfg->v.batch + hd * cfg->v.head;
+    h.o = o + b * cfg->o.batch + hd * cfg->o.head;
+    h.q_ts = cfg->q.token;
+    h.k_ts = cfg->k.token;
+    h.v_ts = cfg->v.token;
+    h.o_ts = cfg->o.token;
+    h.scale = cfg->scale;
+    h.eps = cfg->eps;
+    h.phi = cfg->phi;
+    switch (cfg->gate) {
+    case LINATTN_GATE_NONE: h.gate = LA_GATE_NONE; break;
+    case LINATTN_GATE_HEAD: h.gate = LA_GATE_TOKEN; break; /* constant in time */
+    case LINATTN_GATE_TOKEN: h.gate = LA_GATE_TOKEN; h.g_ts = cfg->g.token; break;
+    case LINATTN_GATE_CHANNEL: h.gate = LA_GATE_CHANNEL; h.g_ts = cfg->g.token; break;
+    }
+    if (h.gate != LA_GATE_NONE)
+        h.g = g + b * cfg->g.batch + hd * cfg->g.head;
+    return h;
+}
+
+static void run_chunked(const la_kernels *t, const la_head *h, unsigned char *ws)
+{
+    const size_t state_floats = (size_t)(h->dk * h->dv);
+    float *u = (float *)ws;
+    float *uz = u + state_floats;
+    void *pack = ws + round_up((state_floats + (size_t)h->dk) * sizeof(float));
+    for (int64_t t0 = 0; t0 < h->T; t0 += h->chunk) {
+        const int64_t n = h->T - t0 < h->chunk ? h->T - t0 : h->chunk;
+        t->chunk_pack(h, t0, n, pack);
+        t->chunk_output(h, pack, t0, n, h->s, h->z);
+        t->chunk_state(h, pack, t0, n, u, uz);
+        t->state_combine(h, pack, n, h->s, h->z, u, uz);
+    }
+}
+
+linattn_status la_run_forward(const la_kernels *t, const linattn_config *cfg, const float *q,
+                              const float *k, const float *v, const float *g, float *o,
+                              float *s, float *z)
+{
+    const int64_t heads = cfg->batch * cfg->heads, dk = cfg->dk, dv = cfg->dv;
+    const int normalize = cfg->normalize != 0;
+    const int chunked = cfg->causal && cfg->algo != LINATTN_ALGO_RECURRENT &&
+                        !(cfg->algo == LINATTN_ALGO_AUTO && cfg->seq_len == 1);
+    const int64_t chunk = la_chunk_for(t, cfg);
+    const size_t state_bytes = round_up((size_t)(dk * dv + dk) * sizeof(float));
+
+    /* Per-thread workspace: a zero state when the caller passed none, and
+     * for the chunked path the chunk's own state (u, uz) and the pack. */
+    size_t per_thread = s ? 0 : state_bytes;
+    if (chunked) {
+        const size_t pack = t->pack_bytes(chunk, dk, dv);
+        if (pack > SIZE_MAX / 4)
+            return LINATTN_E_NOMEM;
+        per_thread += state_bytes + round_up(pack);
+    }
+    const int nt = thread_count(cfg, heads);
+    unsigned char *ws = NULL;
+    if (per_thread) {
+        if (per_thread > SIZE_MAX / (size_t)nt)
+            return LINATTN_E_NOMEM;
+        ws = aligned_alloc(ALIGN, per_thread * (size_t)nt);
+        if (ws == NULL)
+            return LINATTN_E_NOMEM;
+    }
+
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t i = 0; i < heads; i++) {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        unsigned char *mine = ws ? ws + per_thread * (size_t)tid : NULL;
+        la_head h = head_at(cfg, i / cfg->heads, i % cfg->heads, cfg->seq_len, q, k, v, g, o);
+        h.chunk = chunk;
+        if (s) {
+            h.s = s + i * dk * dv;
+            h.z = normalize ? z + i * dk : NULL;
+        } else {
+            memset(mine, 0, state_bytes);
+            h.s = (float *)mine;
+            h.z = normalize ? h.s + dk * dv : NULL;
+            mine += state_bytes;
+        }
+        if (!cfg->causal)
+            t->forward_noncausal(&h);
+        else if (chunked)
+            run_chunked(t, &h, mine);
+        else
+            t->forward_recurrent(&h);
+    }
+    free(ws);
+    return LINATTN_OK;
+}
+
+void la_run_step(const la_kernels *t, const linattn_config *cfg, const float *q,
+                 const float *k, const float *v, const float *g, float *o, float *s, float *z)
+{
+    const int64_t heads = cfg->batch * cfg->heads, dk = cfg->dk, dv = cfg->dv;
+    const int nt = thread_count(cfg, heads);
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int64_t i = 0; i < heads; i++) {
+        la_head h = head_at(cfg, i / cfg->heads, i % cfg->heads, 1, q, k, v, g, o);
+        h.chunk = 1;
+        h.s = s + i * dk * dv;
+        h.z = cfg->normalize ? z + i * dk : NULL;
+        t->step(&h);
+    }
+}

@@ -1,0 +1,119 @@
+/* Private: the kernel table every ISA implements, and each kernel's contract.
+ *
+ * The ISA-independent driver (driver.c) walks (batch, head), resolves all
+ * strides and state pointers into one la_head per (b, h), and calls the
+ * active table. A table is one folder (src/scalar, src/avx2, ...) compiled
+ * with its own flags; it defines one `const la_kernels la_kernels_<name>`.
+ *
+ * Maths (SPEC section 1), per head, tokens t = 0..T-1:
+ *   qh_t = scale * phi(q_t), kh_t = phi(k_t), a_t = decay of token t
+ *   S_t = a_t S_{t-1} + kh_t v_t^T,  z_t = a_t z_{t-1} + kh_t
+ *   o_t = qh_t^T S_t / (qh_t . z_t + eps)   (or without the division)
+ *
+ * Gates as the kernels see them: the driver turns LINATTN_GATE_HEAD into
+ * LA_GATE_TOKEN with g_ts = 0, so only three kinds reach a kernel.
+ *
+ * Chunked causal forward (prefill). The driver owns the loop over chunks of
+ * n <= chunk rows starting at t0, and composes four table operations:
+ *
+ *   chunk_pack(h, t0, n, pack)        phi, scale and the gate prefix sums
+ *                                      b_i = sum_{l=t0..t0+i} g_l (per channel
+ *                                      for CHANNEL) into the table's private
+ *                                      pack layout.
+ *   chunk_output(h, pack, t0, n, s, z) rows t0..t0+n-1 of o from the state
+ *                                      before the chunk:
+ *       O = diag(e^b) Qh S + ((Qh Kh^T) o D) V,  D_ij = e^(b_i - b_j), j <= i
+ *       den = diag(e^b) Qh z + rowsum((Qh Kh^T) o D) + eps   (normalising)
+ *   chunk_state(h, pack, t0, n, u, uz) the chunk's own state contribution,
+ *                                      from zero: u = (diag(e^(b_last - b)) Kh)^T V,
+ *                                      uz = column sums of that matrix.
+ *   state_combine(h, pack, n, s, z, u, uz)  s = e^(b_last) o s + u (row c
+ *                                      scaled by e^(b_last,c) for CHANNEL),
+ *                                      z likewise; one rounding per element
+ *                                      (fmaf or a vector FMA).
+ *
+ * Splitting the state update into chunk_state + state_combine lets the
+ * driver run chunk_state of all chunks in parallel and still give results
+ * bitwise equal to the sequential loop. Decay factors are always formed as
+ * e^(x) with x <= 0 (differences of prefix sums in the right order), never
+ * as e^(b_i) * e^(-b_j): strong decay (g = -20 per token) must stay finite.
+ *
+ * Thread safety: kernels write only h->o rows of their call, the state they
+ * are given and their pack/workspace; no globals.
+ */
+#ifndef LINATTN_KERNELS_H
+#define LINATTN_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "linattn.h"
+
+typedef enum { LA_GATE_NONE = 0, LA_GATE_TOKEN, LA_GATE_CHANNEL } la_gate;
+
+/* One (batch, head) problem. Pointers are already offset to (b, h); token t
+ * of q is q + t * q_ts (feature dim contiguous), likewise k, v, o. For
+ * LA_GATE_TOKEN the gate of token t is g[t * g_ts] (g_ts may be 0); for
+ * LA_GATE_CHANNEL it is the dk floats at g + t * g_ts. */
+typedef struct la_head {
+    int64_t T, dk, dv;
+    const float *q, *k, *v, *g;
+    float *o;
+    int64_t q_ts, k_ts, v_ts, g_ts, o_ts;
+    float *s;    /* [dk][dv], in/out, never NULL (zeroed by the driver if the user gave none) */
+    float *z;    /* [dk], in/out; NULL exactly when not normalising */
+    float scale; /* finite */
+    float eps;   /* finite, >= 0 */
+    linattn_phi phi;
+    la_gate gate;
+    int64_t chunk; /* >= 1: the chunk size the driver uses */
+} la_head;
+
+typedef struct la_kernels {
+    const char *name; /* "scalar", "avx2", "avx512", "neon", "avx512-simde" */
+    linattn_isa isa;
+
+    /* Chunk size used when the config says 0 (the table's measured best). */
+    int64_t (*default_chunk)(int64_t dk, int64_t dv, la_gate gate);
+    /* Bytes of one pack for chunks of up to `chunk` rows; the driver gives
+     * chunk_pack a 64-byte aligned buffer of this size. */
+    size_t (*pack_bytes)(int64_t chunk, int64_t dk, int64_t dv);
+
+    void (*chunk_pack)(const la_head *h, int64_t t0, int64_t n, void *pack);
+    /* s: [dk][dv] and z: [dk] (NULL when not normalising) hold the state
+     * before the chunk; read only. Writes o rows t0..t0+n-1. */
+    void (*chunk_output)(const la_head *h, const void *pack, int64_t t0, int64_t n,
+                         const float *s, const float *z);
+    /* Writes u: [dk][dv] and uz: [dk] (uz only when h->z != NULL). */
+    void (*chunk_state)(const la_head *h, const void *pack, int64_t t0, int64_t n, float *u,
+                        float *uz);
+    void (*state_combine)(const la_head *h, const void *pack, int64_t n, float *s, float *z,
+                          const float *u, const float *uz);
+
+    /* Whole-head kernels: all T tokens of h, state in/out through h->s, h->z.
+     * forward_recurrent: the causal recurrence token by token, any gate.
+     * forward_noncausal: gate NONE; S = S_in + Kh^T V, z = z_in + sum kh, every
+     *   query reads the final S, z; h->s, h->z end as that S, z. */
+    void (*forward_recurrent)(const la_head *h);
+    void (*forward_noncausal)(const la_head *h);
+    /* One token (h->T == 1): update s (and z) and write o in a single pass
+     * over the state. Never allocates. */
+    void (*step)(const la_head *h);
+} la_kernels;
+
+/* Every table this build compiled, in order of preference (best last). */
+extern const la_kernels la_kernels_scalar;
+#ifdef LINATTN_HAVE_AVX2
+extern const la_kernels la_kernels_avx2;
+#endif
+#ifdef LINATTN_HAVE_AVX512
+extern const la_kernels la_kernels_avx512;
+#endif
+#ifdef LINATTN_HAVE_AVX512_SIMDE
+extern const la_kernels la_kernels_avx512_simde;
+#endif
+#ifdef LINATTN_HAVE_NEON
+extern const la_kernels la_kernels_neon;
+#endif
+
+#endif /* LINATTN_KERNELS_H */

@@ -1,0 +1,265 @@
+/* The portable table: plain C, no -m flags, the reference every SIMD table
+ * is compared with besides the double oracle of the tests. Loops are written
+ * for clarity; the compiler may vectorise them for the baseline ISA. */
+#include <math.h>
+#include <string.h>
+
+#include "../kernels.h"
+
+/* Pack layout for chunks of up to C rows (C = the chunk given to pack_bytes):
+ *   qh [C][dk]  scale * phi(q)
+ *   kh [C][dk]  phi(k)
+ *   b  [C][dk]  prefix sums of g from the chunk start, in double so that the
+ *               differences b_i - b_j keep the precision of the g they sum
+ *               (TOKEN uses column 0 only)
+ * The header records C so the pointers can be found again. */
+typedef struct {
+    int64_t rows;
+} pack_header;
+
+static size_t header_floats(void) { return 64 / sizeof(float); }
+
+static size_t pack_bytes_scalar(int64_t chunk, int64_t dk, int64_t dv)
+{
+    (void)dv;
+    return 64 + (size_t)chunk * (size_t)dk * (2 * sizeof(float) + sizeof(double));
+}
+
+static float *pack_qh(const void *pack) { return (float *)pack + header_floats(); }
+static float *pack_kh(const void *pack, int64_t dk)
+{
+    return pack_qh(pack) + ((const pack_header *)pack)->rows * dk;
+}
+static double *pack_b(const void *pack, int64_t dk)
+{
+    return (double *)(pack_kh(pack, dk) + ((const pack_header *)pack)->rows * dk);
+}
+
+static float phi_scalar(linattn_phi phi, float x)
+{
+    switch (phi) {
+    case LINATTN_PHI_ELU1: return x > 0.0f ? x + 1.0f : expf(x);
+    case LINATTN_PHI_RELU: return x > 0.0f ? x : 0.0f;
+    default: return x;
+    }
+}
+
+static int64_t default_chunk_scalar(int64_t dk, int64_t dv, la_gate gate)
+{
+    (void)dk;
+    (void)dv;
+    /* The intra-chunk part costs C*(dk+dv) per token and pairwise exps for
+     * CHANNEL, so short chunks are cheapest for plain C. */
+    return gate == LA_GATE_CHANNEL ? 16 : 32;
+}
+
+static void chunk_pack_scalar(const la_head *h, int64_t t0, int64_t n, void *pack)
+{
+    const int64_t dk = h->dk;
+    ((pack_header *)pack)->rows = h->chunk;
+    float *qh = pack_qh(pack), *kh = pack_kh(pack, dk);
+    double *b = pack_b(pack, dk);
+    for (int64_t i = 0; i < n; i++) {
+        const float *q = h->q + (t0 + i) * h->q_ts;
+        const float *k = h->k + (t0 + i) * h->k_ts;
+        for (int64_t c = 0; c < dk; c++) {
+            qh[i * dk + c] = h->scale * phi_scalar(h->phi, q[c]);
+            kh[i * dk + c] = phi_scalar(h->phi, k[c]);
+        }
+        if (h->gate == LA_GATE_TOKEN) {
+            double g = h->g[(t0 + i) * h->g_ts];
+            b[i * dk] = i ? b[(i - 1) * dk] + g : g;
+        } else if (h->gate == LA_GATE_CHANNEL) {
+            const float *g = h->g + (t0 + i) * h->g_ts;
+            for (int64_t c = 0; c < dk; c++)
+                b[i * dk + c] = i ? b[(i - 1) * dk + c] + g[c] : (double)g[c];
+        }
+    }
+}
+
+/* e^(b_i - b_j) for j <= i, as one exp of a non-positive difference. */
+static float decay_between(const double *b, int64_t dk, int64_t i, int64_t j, int64_t c)
+{
+    return expf((float)(b[i * dk + c] - b[j * dk + c]));
+}
+
+static void chunk_output_scalar(const la_head *h, const void *pack, int64_t t0, int64_t n,
+                                const float *s, const float *z)
+{
+    const int64_t dk = h->dk, dv = h->dv;
+    const float *qh = pack_qh(pack), *kh = pack_kh(pack, dk);
+    const double *b = pack_b(pack, dk);
+    for (int64_t i = 0; i < n; i++) {
+        float *o = h->o + (t0 + i) * h->o_ts;
+        const float *qi = qh + i * dk;
+        float den = 0.0f;
+        memset(o, 0, (size_t)dv * sizeof(float));
+        /* inter-chunk: diag(e^b) Qh S */
+        for (int64_t c = 0; c < dk; c++) {
+            float w = qi[c];
+            if (h->gate == LA_GATE_TOKEN)
+                w *= expf((float)b[i * dk]);
+            else if (h->gate == LA_GATE_CHANNEL)
+                w *= expf((float)b[i * dk + c]);
+            for (int64_t d = 0; d < dv; d++)
+                o[d] += w * s[c * dv + d];
+            if (z)
+                den += w * z[c];
+        }
+        /* intra-chunk: ((Qh Kh^T) o D) V */
+        for (int64_t j = 0; j <= i; j++) {
+            const float *kj = kh + j * dk;
+            const float *v = h->v + (t0 + j) * h->v_ts;
+            float a = 0.0f;
+            if (h->gate == LA_GATE_CHANNEL) {
+                for (int64_t c = 0; c < dk; c++)
+                    a += qi[c] * kj[c] * decay_between(b, dk, i, j, c);
+            } else {
+                for (int64_t c = 0; c < dk; c++)
+                    a += qi[c] * kj[c];
+                if (h->gate == LA_GATE_TOKEN)
+                    a *= decay_between(b, dk, i, j, 0);
+            }
+            for (int64_t d = 0; d < dv; d++)
+                o[d] += a * v[d];
+            den += a;
+        }
+        if (z) {
+            const float inv = 1.0f / (den + h->eps);
+            for (int64_t d = 0; d < dv; d++)
+                o[d] *= inv;
+        }
+    }
+}
+
+static void chunk_state_scalar(const la_head *h, const void *pack, int64_t t0, int64_t n,
+                               float *u, float *uz)
+{
+    const int64_t dk = h->dk, dv = h->dv, last = n - 1;
+    const float *kh = pack_kh(pack, dk);
+    const double *b = pack_b(pack, dk);
+    memset(u, 0, (size_t)(dk * dv) * sizeof(float));
+    if (h->z)
+        memset(uz, 0, (size_t)dk * sizeof(float));
+    for (int64_t j = 0; j < n; j++) {
+        const float *v = h->v + (t0 + j) * h->v_ts;
+        for (int64_t c = 0; c < dk; c++) {
+            float w = kh[j * dk + c];
+            if (h->gate == LA_GATE_TOKEN)
+                w *= decay_between(b, dk, last, j, 0);
+            else if (h->gate == LA_GATE_CHANNEL)
+                w *= decay_between(b, dk, last, j, c);
+            for (int64_t d = 0; d < dv; d++)
+                u[c * dv + d] += w * v[d];
+            if (h->z)
+                uz[c] += w;
+        }
+    }
+}
+
+static void state_combine_scalar(const la_head *h, const void *pack, int64_t n, float *s,
+                                 float *z, const float *u, const float *uz)
+{
+    const int64_t dk = h->dk, dv = h->dv;
+    const double *b = pack_b(pack, dk);
+    for (int64_t c = 0; c < dk; c++) {
+        float a = 1.0f;
+        if (h->gate == LA_GATE_TOKEN)
+            a = expf((float)b[(n - 1) * dk]);
+        else if (h->gate == LA_GATE_CHANNEL)
+            a = expf((float)b[(n - 1) * dk + c]);
+        for (int64_t d = 0; d < dv; d++)
+            s[c * dv + d] = fmaf(a, s[c * dv + d], u[c * dv + d]);
+        if (z)
+            z[c] = fmaf(a, z[c], uz[c]);
+    }
+}
+
+/* One token of the recurrence: each state row is decayed, updated and read
+ * out in the same pass. */
+static void token_scalar(const la_head *h, const float *q, const float *k, const float *v,
+                         const float *g, float *o)
+{
+    const int64_t dk = h->dk, dv = h->dv;
+    float den = 0.0f;
+    memset(o, 0, (size_t)dv * sizeof(float));
+    for (int64_t c = 0; c < dk; c++) {
+        const float qh = h->scale * phi_scalar(h->phi, q[c]);
+        const float kh = phi_scalar(h->phi, k[c]);
+        float a = 1.0f;
+        if (h->gate == LA_GATE_TOKEN)
+            a = expf(g[0]);
+        else if (h->gate == LA_GATE_CHANNEL)
+            a = expf(g[c]);
+        float *srow = h->s + c * dv;
+        for (int64_t d = 0; d < dv; d++) {
+            srow[d] = fmaf(a, srow[d], kh * v[d]);
+            o[d] += qh * srow[d];
+        }
+        if (h->z) {
+            h->z[c] = fmaf(a, h->z[c], kh);
+            den += qh * h->z[c];
+        }
+    }
+    if (h->z) {
+        const float inv = 1.0f / (den + h->eps);
+        for (int64_t d = 0; d < dv; d++)
+            o[d] *= inv;
+    }
+}
+
+static void forward_recurrent_scalar(const la_head *h)
+{
+    for (int64_t t = 0; t < h->T; t++)
+        token_scalar(h, h->q + t * h->q_ts, h->k + t * h->k_ts, h->v + t * h->v_ts,
+                     h->gate == LA_GATE_NONE ? NULL : h->g + t * h->g_ts, h->o + t * h->o_ts);
+}
+
+static void step_scalar(const la_head *h) { token_scalar(h, h->q, h->k, h->v, h->g, h->o); }
+
+static void forward_noncausal_scalar(const la_head *h)
+{
+    const int64_t dk = h->dk, dv = h->dv;
+    for (int64_t t = 0; t < h->T; t++) {
+        const float *k = h->k + t * h->k_ts, *v = h->v + t * h->v_ts;
+        for (int64_t c = 0; c < dk; c++) {
+            const float kh = phi_scalar(h->phi, k[c]);
+            for (int64_t d = 0; d < dv; d++)
+                h->s[c * dv + d] += kh * v[d];
+            if (h->z)
+                h->z[c] += kh;
+        }
+    }
+    for (int64_t t = 0; t < h->T; t++) {
+        const float *q = h->q + t * h->q_ts;
+        float *o = h->o + t * h->o_ts;
+        float den = 0.0f;
+        memset(o, 0, (size_t)dv * sizeof(float));
+        for (int64_t c = 0; c < dk; c++) {
+            const float qh = h->scale * phi_scalar(h->phi, q[c]);
+            for (int64_t d = 0; d < dv; d++)
+                o[d] += qh * h->s[c * dv + d];
+            if (h->z)
+                den += qh * h->z[c];
+        }
+        if (h->z) {
+            const float inv = 1.0f / (den + h->eps);
+            for (int64_t d = 0; d < dv; d++)
+                o[d] *= inv;
+        }
+    }
+}
+
+const la_kernels la_kernels_scalar = {
+    .name = "scalar",
+    .isa = LINATTN_ISA_SCALAR,
+    .default_chunk = default_chunk_scalar,
+    .pack_bytes = pack_bytes_scalar,
+    .chunk_pack = chunk_pack_scalar,
+    .chunk_output = chunk_output_scalar,
+    .chunk_state = chunk_state_scalar,
+    .state_combine = state_combine_scalar,
+    .forward_recurrent = forward_recurrent_scalar,
+    .forward_noncausal = forward_noncausal_scalar,
+    .step = step_scalar,
+};

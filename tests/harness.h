@@ -1,0 +1,67 @@
+/* Test problems: random inputs in guarded buffers, a call, and a comparison
+ * with the double oracle. Every buffer ends at a PROT_NONE page, so reading
+ * or writing one element past an array faults. */
+#ifndef LA_TEST_HARNESS_H
+#define LA_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "linattn.h"
+
+typedef enum {
+    LAYOUT_BHTD,       /* [B][H][T][D] everywhere (config_init's) */
+    LAYOUT_BTHD,       /* [B][T][H][D] for q, k, v, o */
+    LAYOUT_PACKED_QKV, /* one buffer, rows [q heads | k heads | v heads] per token */
+    LAYOUT_MQA         /* k, v [B][T][D] shared by every head (head stride 0) */
+} layout_kind;
+
+typedef struct {
+    int64_t B, H, T, dk, dv;
+    linattn_phi phi;
+    linattn_gate gate;
+    linattn_algo algo;
+    int causal, normalize;
+    int with_state; /* random initial state (else s, z NULL: zero, not returned) */
+    int unaligned;  /* every pointer 4 bytes past a 64-byte boundary */
+    int threads;
+    int64_t chunk;
+    layout_kind layout;
+    float g_lo, g_hi;   /* gate values uniform in [g_lo, g_hi] (default [-1, 0]) */
+    float qk_lo, qk_hi; /* q, k uniform in [qk_lo, qk_hi] (default [-1, 1]) */
+} spec;
+
+typedef struct {
+    void *base;
+    size_t len;
+} mapping;
+
+typedef struct {
+    spec sp;
+    linattn_config cfg;
+    float *q, *k, *v, *g, *o, *s, *z;
+    float *s_init, *z_init; /* copies of the initial state */
+    mapping maps[16];
+    int nmaps;
+} problem;
+
+/* A spec with the defaults above for that shape. */
+spec spec_default(int64_t B, int64_t H, int64_t T, int64_t dk, int64_t dv);
+
+uint64_t test_seed(void); /* from LINATTN_TEST_SEED, else time; printed once */
+float rand_uniform(float lo, float hi);
+
+float *guarded_floats(problem *p, size_t n, int unaligned);
+void problem_make(problem *p, const spec *sp);
+void problem_free(problem *p);
+linattn_status problem_forward(problem *p);
+
+/* Max error of o and the final state against the oracle, as a fraction of
+ * the SPEC 4 bound (<= 1 passes). Prints the case when it fails. */
+double problem_error(const problem *p);
+/* Max |a - b| / max(1, max |b|) over o of two problems of the same spec. */
+double problem_distance(const problem *a, const problem *b);
+/* A short description of the case for messages. */
+const char *spec_name(const spec *sp);
+
+#endif

@@ -1,0 +1,588 @@
+/* The whole suite against one kernel table, named by LINATTN_TEST_TABLE
+ * (meson registers one test per table the build has). A table this CPU
+ * cannot run is reported as skipped (exit 77). Every case compares with the
+ * double oracle of SPEC section 1 (oracle.c) within tolerance.h. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "internal.h"
+#include "oracle.h"
+#include "tolerance.h"
+
+static const la_kernels *table;
+
+/* Check runs each test in a child process: activate the table there. */
+static void use_table(void) { la_force_table(table); }
+
+static void expect_ok(problem *p)
+{
+    const linattn_status st = problem_forward(p);
+    ck_assert_msg(st == LINATTN_OK, "%s: %s", spec_name(&p->sp), linattn_strerror(st));
+    const double e = problem_error(p);
+    ck_assert_msg(e <= 1.0, "%s: error %.3g of the bound", spec_name(&p->sp), e);
+}
+
+static void run_spec(const spec *sp)
+{
+    problem p;
+    problem_make(&p, sp);
+    expect_ok(&p);
+    problem_free(&p);
+}
+
+/* Sizes below, at and above every vector width (4, 8, 16) and chunk size. */
+static const int64_t grid_T[] = {1, 2, 63, 64, 65, 1000};
+static const int64_t grid_d[][2] = {{1, 1}, {3, 17}, {16, 16}, {17, 3},   {64, 64},
+                                    {65, 65}, {128, 128}, {1, 128}, {129, 1}, {17, 65}};
+
+/* _i: 0 = chunked, 1 = recurrent; every gate, phi and normaliser rotates
+ * over the grid so each shape meets several of them. */
+START_TEST(grid_against_oracle)
+{
+    const linattn_algo algo = _i == 0 ? LINATTN_ALGO_CHUNKED : LINATTN_ALGO_RECURRENT;
+    int n = 0;
+    for (size_t ti = 0; ti < sizeof grid_T / sizeof grid_T[0]; ti++)
+        for (size_t di = 0; di < sizeof grid_d / sizeof grid_d[0]; di++) {
+            const int64_t T = grid_T[ti], dk = grid_d[di][0], dv = grid_d[di][1];
+            if (T == 1000 && dk * dv > 64 * 64)
+                continue; /* keeps the oracle quick; long T with big heads below */
+            for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++, n++) {
+                spec sp = spec_default(2, 2, T, dk, dv);
+                sp.algo = algo;
+                sp.gate = (linattn_gate)gate;
+                sp.phi = n % 3 == 2 ? LINATTN_PHI_ELU1 : (linattn_phi)(n % 3);
+                sp.normalize = sp.phi != LINATTN_PHI_IDENTITY && (n / 3) % 2 == 0;
+                sp.with_state = n % 5 != 0;
+                run_spec(&sp);
+            }
+        }
+}
+END_TEST
+
+START_TEST(long_sequence_big_heads)
+{
+    spec sp = spec_default(1, 2, 1000, 128, 128);
+    for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+        sp.gate = (linattn_gate)gate;
+        sp.algo = LINATTN_ALGO_CHUNKED;
+        sp.with_state = 1;
+        run_spec(&sp);
+    }
+    spec big = spec_default(1, 1, 300, 256, 256);
+    big.normalize = 0;
+    big.gate = LINATTN_GATE_TOKEN;
+    run_spec(&big);
+}
+END_TEST
+
+/* Every feature map with and without the normaliser, for each algorithm.
+ * Identity features can make the normaliser cross zero; with q, k > 0 the
+ * denominators stay positive and the case is well-conditioned. */
+START_TEST(feature_maps)
+{
+    for (int phi = LINATTN_PHI_ELU1; phi <= LINATTN_PHI_IDENTITY; phi++)
+        for (int norm = 0; norm <= 1; norm++)
+            for (int algo = LINATTN_ALGO_AUTO; algo <= LINATTN_ALGO_RECURRENT; algo++) {
+                spec sp = spec_default(2, 3, 77, 19, 33);
+                sp.phi = (linattn_phi)phi;
+                sp.normalize = norm;
+                sp.algo = (linattn_algo)algo;
+                sp.gate = (linattn_gate)((phi + algo) % 4);
+                if (phi == LINATTN_PHI_IDENTITY && norm)
+                    sp.qk_lo = 0.05f;
+                run_spec(&sp);
+            }
+}
+END_TEST
+
+START_TEST(scale_applies_to_queries)
+{
+    spec sp = spec_default(1, 2, 70, 16, 16);
+    sp.normalize = 0;
+    problem p;
+    problem_make(&p, &sp);
+    p.cfg.scale = 0.125f;
+    expect_ok(&p);
+    problem_free(&p);
+}
+END_TEST
+
+START_TEST(noncausal_against_oracle)
+{
+    static const int64_t shapes[][3] = {{1, 1, 1}, {65, 3, 17}, {200, 64, 64}, {33, 129, 65}};
+    for (size_t i = 0; i < 4; i++)
+        for (int norm = 0; norm <= 1; norm++)
+            for (int state = 0; state <= 1; state++) {
+                spec sp = spec_default(2, 2, shapes[i][0], shapes[i][1], shapes[i][2]);
+                sp.causal = 0;
+                sp.normalize = norm;
+                sp.with_state = state;
+                sp.phi = norm ? LINATTN_PHI_ELU1 : LINATTN_PHI_RELU;
+                run_spec(&sp);
+            }
+}
+END_TEST
+
+START_TEST(strided_layouts)
+{
+    for (int layout = LAYOUT_BHTD; layout <= LAYOUT_MQA; layout++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++) {
+                spec sp = spec_default(2, 3, 67, 17, 24);
+                sp.layout = (layout_kind)layout;
+                sp.gate = (linattn_gate)gate;
+                sp.algo = (linattn_algo)algo;
+                sp.with_state = 1;
+                run_spec(&sp);
+            }
+    spec nc = spec_default(2, 3, 40, 8, 9);
+    nc.layout = LAYOUT_PACKED_QKV;
+    nc.causal = 0;
+    run_spec(&nc);
+}
+END_TEST
+
+START_TEST(unaligned_pointers)
+{
+    static const int64_t dims[][2] = {{1, 1}, {7, 9}, {16, 16}, {33, 65}};
+    for (size_t i = 0; i < 4; i++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+            spec sp = spec_default(1, 2, 70, dims[i][0], dims[i][1]);
+            sp.unaligned = 1;
+            sp.with_state = 1;
+            sp.gate = (linattn_gate)gate;
+            sp.algo = gate % 2 ? LINATTN_ALGO_RECURRENT : LINATTN_ALGO_CHUNKED;
+            run_spec(&sp);
+            sp.causal = gate == LINATTN_GATE_NONE ? 0 : 1;
+            run_spec(&sp);
+        }
+}
+END_TEST
+
+START_TEST(chunk_sizes)
+{
+    static const int64_t chunks[] = {1, 2, 7, 16, 64, 100, 5000};
+    for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+            spec sp = spec_default(1, 2, 150, 20, 12);
+            sp.algo = LINATTN_ALGO_CHUNKED;
+            sp.chunk = chunks[i];
+            sp.gate = (linattn_gate)gate;
+            sp.with_state = 1;
+            run_spec(&sp);
+        }
+}
+END_TEST
+
+/* g = -20 on every token: e^(-b_j) would overflow if formed. */
+START_TEST(strong_decay)
+{
+    for (int gate = LINATTN_GATE_HEAD; gate <= LINATTN_GATE_CHANNEL; gate++)
+        for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++)
+            for (int norm = 0; norm <= 1; norm++) {
+                spec sp = spec_default(1, 2, 300, 32, 32);
+                sp.gate = (linattn_gate)gate;
+                sp.algo = (linattn_algo)algo;
+                sp.normalize = norm;
+                sp.with_state = 1;
+                sp.chunk = 128;
+                sp.g_lo = sp.g_hi = -20.0f;
+                run_spec(&sp);
+                sp.g_lo = -30.0f, sp.g_hi = 0.0f; /* mixed strong and weak */
+                run_spec(&sp);
+            }
+}
+END_TEST
+
+/* Feeding a sequence in two calls that carry the state equals one call,
+ * wherever the split falls. */
+START_TEST(state_carried_across_calls)
+{
+    static const int64_t splits[] = {1, 31, 32, 33, 64, 99};
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+            const int64_t T = 100, split = splits[i];
+            spec sp = spec_default(2, 2, T, 24, 20);
+            sp.gate = (linattn_gate)gate;
+            sp.with_state = 1;
+            sp.algo = i % 2 ? LINATTN_ALGO_RECURRENT : LINATTN_ALGO_AUTO;
+            problem p;
+            problem_make(&p, &sp);
+            /* first piece, then the rest from the same buffers */
+            linattn_config first = p.cfg, second = p.cfg;
+            first.seq_len = split;
+            second.seq_len = T - split;
+            const float *g2 = p.g ? p.g + (gate == LINATTN_GATE_HEAD ? 0 : split * p.cfg.g.token) : NULL;
+            ck_assert_int_eq(linattn_forward(&first, p.q, p.k, p.v, p.g, p.o, p.s, p.z), LINATTN_OK);
+            ck_assert_int_eq(linattn_forward(&second, p.q + split * p.cfg.q.token,
+                                             p.k + split * p.cfg.k.token,
+                                             p.v + split * p.cfg.v.token, g2,
+                                             p.o + split * p.cfg.o.token, p.s, p.z),
+                             LINATTN_OK);
+            const double e = problem_error(&p);
+            ck_assert_msg(e <= 1.0, "split at %lld: %s: %.3g", (long long)split, spec_name(&sp), e);
+            problem_free(&p);
+        }
+}
+END_TEST
+
+/* Decode steps carrying the state match the oracle of the whole sequence. */
+START_TEST(steps_against_oracle)
+{
+    static const int64_t dims[][2] = {{1, 1}, {3, 17}, {16, 16}, {65, 33}, {128, 128}, {129, 7}};
+    for (size_t i = 0; i < 6; i++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int norm = 0; norm <= 1; norm++) {
+                const int64_t T = 20;
+                spec sp = spec_default(2, 3, T, dims[i][0], dims[i][1]);
+                sp.gate = (linattn_gate)gate;
+                sp.normalize = norm;
+                sp.with_state = 1;
+                sp.unaligned = (int)(i % 2);
+                sp.threads = 1 + (int)(i % 2);
+                problem p;
+                problem_make(&p, &sp);
+                linattn_config step = p.cfg;
+                step.seq_len = 1;
+                /* one token per (b, h) from the [B][H][T][D] buffers */
+                step.o = p.cfg.o;
+                for (int64_t t = 0; t < T; t++) {
+                    const float *g = p.g;
+                    if (gate == LINATTN_GATE_TOKEN || gate == LINATTN_GATE_CHANNEL)
+                        g += t * p.cfg.g.token;
+                    const linattn_status st = linattn_step(
+                        &step, p.q + t * p.cfg.q.token, p.k + t * p.cfg.k.token,
+                        p.v + t * p.cfg.v.token, gate ? g : NULL, p.o + t * p.cfg.o.token, p.s, p.z);
+                    ck_assert_int_eq(st, LINATTN_OK);
+                }
+                const double e = problem_error(&p);
+                ck_assert_msg(e <= 1.0, "steps: %s: %.3g", spec_name(&sp), e);
+                problem_free(&p);
+            }
+}
+END_TEST
+
+START_TEST(chunked_matches_recurrent)
+{
+    for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+        spec sp = spec_default(1, 2, 513, 48, 40);
+        sp.gate = (linattn_gate)gate;
+        sp.algo = LINATTN_ALGO_CHUNKED;
+        problem a, b;
+        problem_make(&a, &sp);
+        problem_make(&b, &sp);
+        /* same inputs: copy a's into b */
+        memcpy(b.q, a.q, sizeof(float) * (size_t)(1 * 2 * 513 * 48));
+        memcpy(b.k, a.k, sizeof(float) * (size_t)(1 * 2 * 513 * 48));
+        memcpy(b.v, a.v, sizeof(float) * (size_t)(1 * 2 * 513 * 40));
+        if (a.g) {
+            const size_t ng = gate == LINATTN_GATE_HEAD ? 2 : gate == LINATTN_GATE_TOKEN ? 2 * 513 : 2 * 513 * 48;
+            memcpy(b.g, a.g, sizeof(float) * ng);
+        }
+        b.cfg.algo = LINATTN_ALGO_RECURRENT;
+        ck_assert_int_eq(problem_forward(&a), LINATTN_OK);
+        ck_assert_int_eq(problem_forward(&b), LINATTN_OK);
+        const double d = problem_distance(&a, &b);
+        ck_assert_msg(d <= LA_TOL_REL, "gate %d: chunked vs recurrent %.3g", gate, d);
+        problem_free(&a);
+        problem_free(&b);
+    }
+}
+END_TEST
+
+/* Results are bitwise identical for any thread count. */
+START_TEST(threads_bitwise_equal)
+{
+    for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+        for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++) {
+            spec sp = spec_default(2, 3, 130, 32, 24);
+            sp.gate = (linattn_gate)gate;
+            sp.algo = (linattn_algo)algo;
+            sp.with_state = 1;
+            problem base;
+            problem_make(&base, &sp);
+            const size_t no = (size_t)(2 * 3 * 130 * 24), ns = (size_t)(2 * 3 * 32 * 24);
+            float *o1 = malloc(no * sizeof(float)), *s1 = malloc(ns * sizeof(float));
+            for (int threads = 1; threads <= 4; threads++) {
+                memcpy(base.s, base.s_init, ns * sizeof(float));
+                memcpy(base.z, base.z_init, (size_t)(2 * 3 * 32) * sizeof(float));
+                base.cfg.num_threads = threads;
+                ck_assert_int_eq(problem_forward(&base), LINATTN_OK);
+                if (threads == 1) {
+                    memcpy(o1, base.o, no * sizeof(float));
+                    memcpy(s1, base.s, ns * sizeof(float));
+                } else {
+                    ck_assert_msg(memcmp(o1, base.o, no * sizeof(float)) == 0,
+                                  "o differs with %d threads (gate %d)", threads, gate);
+                    ck_assert_msg(memcmp(s1, base.s, ns * sizeof(float)) == 0,
+                                  "s differs with %d threads (gate %d)", threads, gate);
+                }
+            }
+            free(o1);
+            free(s1);
+            problem_free(&base);
+        }
+}
+END_TEST
+
+/* A NaN in v at token t reaches the outputs of tokens >= t only. */
+START_TEST(nan_propagates_only_forward)
+{
+    for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+            spec sp = spec_default(1, 1, 80, 8, 8);
+            sp.algo = (linattn_algo)algo;
+            sp.gate = (linattn_gate)gate;
+            sp.normalize = 0;
+            problem p;
+            problem_make(&p, &sp);
+            const int64_t bad = 37;
+            p.v[bad * p.cfg.v.token] = NAN;
+            ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+            for (int64_t t = 0; t < 80; t++) {
+                const float x = p.o[t * p.cfg.o.token];
+                if (t < bad)
+                    ck_assert_msg(isfinite(x), "token %lld before the NaN is %g (%s)", (long long)t, x, spec_name(&sp));
+                else if (gate == LINATTN_GATE_NONE)
+                    ck_assert_msg(isnan(x), "token %lld after the NaN is %g", (long long)t, x);
+            }
+            problem_free(&p);
+        }
+}
+END_TEST
+
+/* ---- bad input: a status, and nothing written ---------------------------- */
+
+typedef struct {
+    problem p;
+    float *o_copy, *s_copy, *z_copy;
+    size_t no, ns, nz;
+} guarded_call;
+
+static void bad_setup(guarded_call *c, linattn_gate gate)
+{
+    spec sp = spec_default(2, 2, 9, 5, 6);
+    sp.gate = gate;
+    sp.with_state = 1;
+    problem_make(&c->p, &sp);
+    c->no = 2 * 2 * 9 * 6, c->ns = 2 * 2 * 5 * 6, c->nz = 2 * 2 * 5;
+    for (size_t i = 0; i < c->no; i++)
+        c->p.o[i] = 12345.0f;
+    c->o_copy = malloc(c->no * sizeof(float));
+    c->s_copy = malloc(c->ns * sizeof(float));
+    c->z_copy = malloc(c->nz * sizeof(float));
+    memcpy(c->o_copy, c->p.o, c->no * sizeof(float));
+    memcpy(c->s_copy, c->p.s, c->ns * sizeof(float));
+    memcpy(c->z_copy, c->p.z, c->nz * sizeof(float));
+}
+
+static void expect_untouched(guarded_call *c, const char *what)
+{
+    ck_assert_msg(memcmp(c->o_copy, c->p.o, c->no * sizeof(float)) == 0, "%s: o written", what);
+    ck_assert_msg(memcmp(c->s_copy, c->p.s, c->ns * sizeof(float)) == 0, "%s: s written", what);
+    ck_assert_msg(memcmp(c->z_copy, c->p.z, c->nz * sizeof(float)) == 0, "%s: z written", what);
+    free(c->o_copy);
+    free(c->s_copy);
+    free(c->z_copy);
+    problem_free(&c->p);
+}
+
+typedef void (*mutate_fn)(problem *p, linattn_config *cfg, const float **q, float **o, float **s, float **z);
+
+#define BAD_CASE(name, gate, expected, body)                                                       \
+    static void mutate_##name(problem *p, linattn_config *cfg, const float **q, float **o,       \
+                              float **s, float **z)                                                \
+    {                                                                                              \
+        (void)p, (void)cfg, (void)q, (void)o, (void)s, (void)z;                                   \
+        body;                                                                                      \
+    }
+
+BAD_CASE(null_cfg, NONE, LINATTN_E_NULL, {})
+BAD_CASE(null_q, NONE, LINATTN_E_NULL, *q = NULL)
+BAD_CASE(null_o, NONE, LINATTN_E_NULL, *o = NULL)
+BAD_CASE(null_g, TOKEN, LINATTN_E_NULL, p->g = NULL)
+BAD_CASE(s_without_z, NONE, LINATTN_E_NULL, *z = NULL)
+BAD_CASE(z_without_s, NONE, LINATTN_E_NULL, *s = NULL)
+BAD_CASE(zero_batch, NONE, LINATTN_E_SHAPE, cfg->batch = 0)
+BAD_CASE(zero_heads, NONE, LINATTN_E_SHAPE, cfg->heads = 0)
+BAD_CASE(zero_dk, NONE, LINATTN_E_SHAPE, cfg->dk = 0)
+BAD_CASE(negative_dv, NONE, LINATTN_E_SHAPE, cfg->dv = -3)
+BAD_CASE(zero_seq, NONE, LINATTN_E_SHAPE, cfg->seq_len = 0)
+BAD_CASE(huge_dims, NONE, LINATTN_E_SHAPE, cfg->dk = INT64_MAX / 2; cfg->dv = 4)
+BAD_CASE(huge_stride, NONE, LINATTN_E_SHAPE, cfg->q.batch = INT64_MAX / 2)
+BAD_CASE(negative_stride, NONE, LINATTN_E_STRIDE, cfg->k.token = -1)
+BAD_CASE(negative_g_stride, TOKEN, LINATTN_E_STRIDE, cfg->g.head = -1)
+BAD_CASE(bad_phi, NONE, LINATTN_E_ARG, cfg->phi = (linattn_phi)7)
+BAD_CASE(bad_gate, NONE, LINATTN_E_ARG, cfg->gate = (linattn_gate)9)
+BAD_CASE(bad_algo, NONE, LINATTN_E_ARG, cfg->algo = (linattn_algo)-1)
+BAD_CASE(bad_causal, NONE, LINATTN_E_ARG, cfg->causal = 2)
+BAD_CASE(negative_eps, NONE, LINATTN_E_ARG, cfg->eps = -1e-6f)
+BAD_CASE(nan_eps, NONE, LINATTN_E_ARG, cfg->eps = NAN)
+BAD_CASE(inf_scale, NONE, LINATTN_E_ARG, cfg->scale = INFINITY)
+BAD_CASE(negative_chunk, NONE, LINATTN_E_ARG, cfg->chunk = -1)
+BAD_CASE(negative_threads, NONE, LINATTN_E_ARG, cfg->num_threads = -1)
+BAD_CASE(small_struct, NONE, LINATTN_E_ARG, cfg->struct_size = sizeof(linattn_config) - 8)
+BAD_CASE(positive_g, TOKEN, LINATTN_E_ARG, p->g[9] = 0.5f) /* (b0, h1, t0): read by step too */
+BAD_CASE(nan_g, CHANNEL, LINATTN_E_ARG, p->g[9 * 5 + 2] = NAN)
+BAD_CASE(minus_inf_g, HEAD, LINATTN_E_ARG, p->g[1] = -INFINITY)
+BAD_CASE(gated_noncausal, TOKEN, LINATTN_E_ARG, cfg->causal = 0)
+BAD_CASE(o_overlaps_q, NONE, LINATTN_E_OVERLAP, *o = (float *)*q + 3)
+BAD_CASE(o_overlaps_itself, NONE, LINATTN_E_OVERLAP, cfg->o.head = 3)
+BAD_CASE(o_head_stride_zero, NONE, LINATTN_E_OVERLAP, cfg->o.head = 0)
+BAD_CASE(s_overlaps_v, NONE, LINATTN_E_OVERLAP, *s = (float *)p->v)
+BAD_CASE(z_overlaps_s, NONE, LINATTN_E_OVERLAP, *z = *s + 4)
+BAD_CASE(s_overlaps_o, NONE, LINATTN_E_OVERLAP, *s = *o + 1)
+BAD_CASE(z_overlaps_g, CHANNEL, LINATTN_E_OVERLAP, *z = p->g)
+
+typedef struct {
+    const char *name;
+    linattn_gate gate;
+    linattn_status expected;
+    mutate_fn mutate;
+    int null_cfg;
+} bad_case;
+
+#define ENTRY(name, gate, expected) {#name, LINATTN_GATE_##gate, expected, mutate_##name, 0}
+static const bad_case bad_cases[] = {
+    {"null_cfg", LINATTN_GATE_NONE, LINATTN_E_NULL, mutate_null_cfg, 1},
+    ENTRY(null_q, NONE, LINATTN_E_NULL), ENTRY(null_o, NONE, LINATTN_E_NULL),
+    ENTRY(null_g, TOKEN, LINATTN_E_NULL), ENTRY(s_without_z, NONE, LINATTN_E_NULL),
+    ENTRY(z_without_s, NONE, LINATTN_E_NULL), ENTRY(zero_batch, NONE, LINATTN_E_SHAPE),
+    ENTRY(zero_heads, NONE, LINATTN_E_SHAPE), ENTRY(zero_dk, NONE, LINATTN_E_SHAPE),
+    ENTRY(negative_dv, NONE, LINATTN_E_SHAPE), ENTRY(zero_seq, NONE, LINATTN_E_SHAPE),
+    ENTRY(huge_dims, NONE, LINATTN_E_SHAPE), ENTRY(huge_stride, NONE, LINATTN_E_SHAPE),
+    ENTRY(negative_stride, NONE, LINATTN_E_STRIDE), ENTRY(negative_g_stride, TOKEN, LINATTN_E_STRIDE),
+    ENTRY(bad_phi, NONE, LINATTN_E_ARG), ENTRY(bad_gate, NONE, LINATTN_E_ARG),
+    ENTRY(bad_algo, NONE, LINATTN_E_ARG), ENTRY(bad_causal, NONE, LINATTN_E_ARG),
+    ENTRY(negative_eps, NONE, LINATTN_E_ARG), ENTRY(nan_eps, NONE, LINATTN_E_ARG),
+    ENTRY(inf_scale, NONE, LINATTN_E_ARG), ENTRY(negative_chunk, NONE, LINATTN_E_ARG),
+    ENTRY(negative_threads, NONE, LINATTN_E_ARG), ENTRY(small_struct, NONE, LINATTN_E_ARG),
+    ENTRY(positive_g, TOKEN, LINATTN_E_ARG), ENTRY(nan_g, CHANNEL, LINATTN_E_ARG),
+    ENTRY(minus_inf_g, HEAD, LINATTN_E_ARG), ENTRY(gated_noncausal, TOKEN, LINATTN_E_ARG),
+    ENTRY(o_overlaps_q, NONE, LINATTN_E_OVERLAP), ENTRY(o_overlaps_itself, NONE, LINATTN_E_OVERLAP),
+    ENTRY(o_head_stride_zero, NONE, LINATTN_E_OVERLAP), ENTRY(s_overlaps_v, NONE, LINATTN_E_OVERLAP),
+    ENTRY(z_overlaps_s, NONE, LINATTN_E_OVERLAP), ENTRY(s_overlaps_o, NONE, LINATTN_E_OVERLAP),
+    ENTRY(z_overlaps_g, CHANNEL, LINATTN_E_OVERLAP),
+};
+
+/* _i indexes bad_cases; each case runs through forward and through step. */
+START_TEST(bad_input_writes_nothing)
+{
+    const bad_case *bc = &bad_cases[_i];
+    for (int step = 0; step <= 1; step++) {
+        guarded_call c;
+        bad_setup(&c, bc->gate);
+        linattn_config cfg = c.p.cfg;
+        const float *q = c.p.q;
+        float *o = c.p.o, *s = c.p.s, *z = c.p.z;
+        bc->mutate(&c.p, &cfg, &q, &o, &s, &z);
+        if (step && (cfg.seq_len == 0 || cfg.causal == 0)) {
+            expect_untouched(&c, bc->name); /* step ignores seq_len and causal */
+            continue;
+        }
+        const linattn_config *pc = bc->null_cfg ? NULL : &cfg;
+        const linattn_status st = step ? linattn_step(pc, q, c.p.k, c.p.v, c.p.g, o, s, z)
+                                       : linattn_forward(pc, q, c.p.k, c.p.v, c.p.g, o, s, z);
+        ck_assert_msg(st == bc->expected, "%s (%s): got %d (%s), want %d", bc->name,
+                      step ? "step" : "forward", st, linattn_strerror(st), bc->expected);
+        expect_untouched(&c, bc->name);
+    }
+}
+END_TEST
+
+START_TEST(step_requires_state)
+{
+    guarded_call c;
+    bad_setup(&c, LINATTN_GATE_NONE);
+    ck_assert_int_eq(linattn_step(&c.p.cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, NULL, NULL), LINATTN_E_NULL);
+    ck_assert_int_eq(linattn_step(&c.p.cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, c.p.s, NULL), LINATTN_E_NULL);
+    /* without the normaliser z is neither read nor needed */
+    c.p.cfg.normalize = 0;
+    ck_assert_int_eq(linattn_forward(&c.p.cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, c.p.s, NULL), LINATTN_OK);
+    c.no = 0; /* o was written by the successful call */
+    memcpy(c.s_copy, c.p.s, c.ns * sizeof(float));
+    expect_untouched(&c, "step_requires_state");
+}
+END_TEST
+
+START_TEST(inactive_isa_is_an_error)
+{
+    guarded_call c;
+    bad_setup(&c, LINATTN_GATE_NONE);
+    la_force_table(NULL); /* as after LINATTN_ISA named a table that cannot run */
+    ck_assert_int_eq(problem_forward(&c.p), LINATTN_E_ISA);
+    ck_assert_int_eq(linattn_step(&c.p.cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, c.p.s, c.p.z), LINATTN_E_ISA);
+    expect_untouched(&c, "inactive isa");
+    ck_assert_int_eq(linattn_set_isa(LINATTN_ISA_SCALAR), LINATTN_OK);
+    spec sp = spec_default(1, 1, 3, 2, 2);
+    run_spec(&sp);
+}
+END_TEST
+
+static Suite *suite_for(const la_kernels *t)
+{
+    Suite *s = suite_create(t->name);
+    TCase *oracle = tcase_create("oracle");
+    tcase_add_checked_fixture(oracle, use_table, NULL);
+    tcase_set_timeout(oracle, 600);
+    tcase_add_loop_test(oracle, grid_against_oracle, 0, 2);
+    tcase_add_test(oracle, long_sequence_big_heads);
+    tcase_add_test(oracle, feature_maps);
+    tcase_add_test(oracle, scale_applies_to_queries);
+    tcase_add_test(oracle, noncausal_against_oracle);
+    tcase_add_test(oracle, strided_layouts);
+    tcase_add_test(oracle, unaligned_pointers);
+    tcase_add_test(oracle, chunk_sizes);
+    tcase_add_test(oracle, strong_decay);
+    tcase_add_test(oracle, state_carried_across_calls);
+    tcase_add_test(oracle, steps_against_oracle);
+    tcase_add_test(oracle, chunked_matches_recurrent);
+    tcase_add_test(oracle, threads_bitwise_equal);
+    tcase_add_test(oracle, nan_propagates_only_forward);
+    suite_add_tcase(s, oracle);
+
+    TCase *bad = tcase_create("bad_input");
+    tcase_add_checked_fixture(bad, use_table, NULL);
+    tcase_add_loop_test(bad, bad_input_writes_nothing, 0,
+                        (int)(sizeof bad_cases / sizeof bad_cases[0]));
+    tcase_add_test(bad, step_requires_state);
+    tcase_add_test(bad, inactive_isa_is_an_error);
+    suite_add_tcase(s, bad);
+    return s;
+}
+
+int main(void)
+{
+    const char *name = getenv("LINATTN_TEST_TABLE");
+    int count;
+    const la_kernels *const *all = la_all_tables(&count);
+    if (name == NULL) {
+        fprintf(stderr, "set LINATTN_TEST_TABLE to one of:");
+        for (int i = 0; i < count; i++)
+            fprintf(stderr, " %s", all[i]->name);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+    for (int i = 0; i < count; i++)
+        if (strcmp(all[i]->name, name) == 0)
+            table = all[i];
+    if (table == NULL) {
+        fprintf(stderr, "table %s is not in this build\n", name);
+        return 1;
+    }
+    if (!la_table_runnable(table)) {
+        printf("SKIP table %s: this CPU cannot run it\n", name);
+        return 77;
+    }
+    test_seed();
+    printf("table under test: %s\n", table->name);
+    SRunner *sr = srunner_create(suite_for(table));
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

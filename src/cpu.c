@@ -22,13 +22,16 @@ int la_cpu_has(linattn_isa isa)
 }
 
 #elif defined(__aarch64__)
-#include <cpu_features/cpuinfo_aarch64.h>
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
 
 int la_cpu_has(linattn_isa isa)
 {
+    /* getauxval, not cpu_features 0.7: when AT_HWCAP2 is 0 (QEMU cortex-a72)
+     * GetAarch64Info prints to stdout, and a library's stdout must stay clean. */
     switch (isa) {
     case LINATTN_ISA_SCALAR: return 1;
-    case LINATTN_ISA_NEON: return GetAarch64Info().features.asimd != 0;
+    case LINATTN_ISA_NEON: return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
     default: return 0;
     }
 }

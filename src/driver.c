@@ -15,7 +15,8 @@ enum { ALIGN = 64 };
 
 static size_t round_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
-static int thread_count(const linattn_config *cfg, int64_t heads)
+/* Threads the caller asked for (0: the OpenMP default; 1 without OpenMP). */
+static int threads_wanted(const linattn_config *cfg)
 {
     int n = cfg->num_threads;
 #ifdef _OPENMP
@@ -24,8 +25,12 @@ static int thread_count(const linattn_config *cfg, int64_t heads)
 #else
     n = 1;
 #endif
-    if (n < 1)
-        n = 1;
+    return n < 1 ? 1 : n;
+}
+
+static int thread_count(const linattn_config *cfg, int64_t heads)
+{
+    const int n = threads_wanted(cfg);
     return heads < n ? (int)heads : n;
 }
 
@@ -85,6 +90,85 @@ static void run_chunked(const la_kernels *t, const la_head *h, unsigned char *ws
     }
 }
 
+/* Fewer heads than threads: one head at a time, its chunks spread over the
+ * threads in blocks. For each block, chunk_pack + chunk_state of every chunk
+ * run in parallel, then one thread folds the chunk states in order (keeping
+ * the state before each chunk), then chunk_output of every chunk runs in
+ * parallel. Every kernel sees the same inputs as in run_chunked, so the
+ * results are bitwise those of one thread. */
+static linattn_status run_sequence_parallel(const la_kernels *t, const linattn_config *cfg,
+                                            int nt, const float *q, const float *k,
+                                            const float *v, const float *g, float *o, float *s,
+                                            float *z)
+{
+    const int64_t heads = cfg->batch * cfg->heads, dk = cfg->dk, dv = cfg->dv;
+    const int64_t T = cfg->seq_len, chunk = la_chunk_for(t, cfg);
+    const int64_t nchunks = (T + chunk - 1) / chunk;
+    const int64_t block = nchunks < 4 * (int64_t)nt ? nchunks : 4 * (int64_t)nt;
+    const size_t state_floats = (size_t)(dk * dv), state_bytes = round_up((state_floats + (size_t)dk) * sizeof(float));
+    const size_t pack_bytes = t->pack_bytes(chunk, dk, dv);
+    if (pack_bytes > SIZE_MAX / 4 / (size_t)block)
+        return LINATTN_E_NOMEM;
+    /* per chunk of a block: pack, its own state u, the state before it */
+    const size_t per_chunk = round_up(pack_bytes) + 2 * state_bytes;
+    unsigned char *ws = aligned_alloc(ALIGN, state_bytes + per_chunk * (size_t)block);
+    if (ws == NULL)
+        return LINATTN_E_NOMEM;
+
+    for (int64_t i = 0; i < heads; i++) {
+        la_head h = head_at(cfg, i / cfg->heads, i % cfg->heads, T, q, k, v, g, o);
+        h.chunk = chunk;
+        if (s) {
+            h.s = s + i * dk * dv;
+            h.z = cfg->normalize ? z + i * dk : NULL;
+        } else {
+            memset(ws, 0, state_bytes);
+            h.s = (float *)ws;
+            h.z = cfg->normalize ? h.s + state_floats : NULL;
+        }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+#endif
+        for (int64_t c0 = 0; c0 < nchunks; c0 += block) {
+            const int64_t m = nchunks - c0 < block ? nchunks - c0 : block;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t j = 0; j < m; j++) {
+                unsigned char *mine = ws + state_bytes + per_chunk * (size_t)j;
+                float *u = (float *)(mine + round_up(pack_bytes));
+                const int64_t t0 = (c0 + j) * chunk, n = T - t0 < chunk ? T - t0 : chunk;
+                t->chunk_pack(&h, t0, n, mine);
+                t->chunk_state(&h, mine, t0, n, u, u + state_floats);
+            }
+#ifdef _OPENMP
+#pragma omp single
+#endif
+            for (int64_t j = 0; j < m; j++) {
+                unsigned char *mine = ws + state_bytes + per_chunk * (size_t)j;
+                float *u = (float *)(mine + round_up(pack_bytes));
+                float *before = (float *)(mine + round_up(pack_bytes) + state_bytes);
+                const int64_t t0 = (c0 + j) * chunk, n = T - t0 < chunk ? T - t0 : chunk;
+                memcpy(before, h.s, state_floats * sizeof(float));
+                if (h.z)
+                    memcpy(before + state_floats, h.z, (size_t)dk * sizeof(float));
+                t->state_combine(&h, mine, n, h.s, h.z, u, u + state_floats);
+            }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t j = 0; j < m; j++) {
+                unsigned char *mine = ws + state_bytes + per_chunk * (size_t)j;
+                const float *before = (const float *)(mine + round_up(pack_bytes) + state_bytes);
+                const int64_t t0 = (c0 + j) * chunk, n = T - t0 < chunk ? T - t0 : chunk;
+                t->chunk_output(&h, mine, t0, n, before, h.z ? before + state_floats : NULL);
+            }
+        }
+    }
+    free(ws);
+    return LINATTN_OK;
+}
+
 linattn_status la_run_forward(const la_kernels *t, const linattn_config *cfg, const float *q,
                               const float *k, const float *v, const float *g, float *o,
                               float *s, float *z)
@@ -95,6 +179,9 @@ linattn_status la_run_forward(const la_kernels *t, const linattn_config *cfg, co
                         !(cfg->algo == LINATTN_ALGO_AUTO && cfg->seq_len == 1);
     const int64_t chunk = la_chunk_for(t, cfg);
     const size_t state_bytes = round_up((size_t)(dk * dv + dk) * sizeof(float));
+    const int wanted = threads_wanted(cfg);
+    if (chunked && heads < wanted && cfg->seq_len > chunk)
+        return run_sequence_parallel(t, cfg, wanted, q, k, v, g, o, s, z);
 
     /* Per-thread workspace: a zero state when the caller passed none, and
      * for the chunked path the chunk's own state (u, uz) and the pack. */

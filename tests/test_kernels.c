@@ -294,38 +294,49 @@ START_TEST(chunked_matches_recurrent)
 }
 END_TEST
 
-/* Results are bitwise identical for any thread count. */
+/* Results are bitwise identical for any thread count: with more heads than
+ * threads (heads run in parallel) and with one head (its chunks do). */
 START_TEST(threads_bitwise_equal)
 {
-    for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
-        for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++) {
-            spec sp = spec_default(2, 3, 130, 32, 24);
-            sp.gate = (linattn_gate)gate;
-            sp.algo = (linattn_algo)algo;
-            sp.with_state = 1;
-            problem base;
-            problem_make(&base, &sp);
-            const size_t no = (size_t)(2 * 3 * 130 * 24), ns = (size_t)(2 * 3 * 32 * 24);
-            float *o1 = malloc(no * sizeof(float)), *s1 = malloc(ns * sizeof(float));
-            for (int threads = 1; threads <= 4; threads++) {
-                memcpy(base.s, base.s_init, ns * sizeof(float));
-                memcpy(base.z, base.z_init, (size_t)(2 * 3 * 32) * sizeof(float));
-                base.cfg.num_threads = threads;
-                ck_assert_int_eq(problem_forward(&base), LINATTN_OK);
-                if (threads == 1) {
-                    memcpy(o1, base.o, no * sizeof(float));
-                    memcpy(s1, base.s, ns * sizeof(float));
-                } else {
-                    ck_assert_msg(memcmp(o1, base.o, no * sizeof(float)) == 0,
-                                  "o differs with %d threads (gate %d)", threads, gate);
-                    ck_assert_msg(memcmp(s1, base.s, ns * sizeof(float)) == 0,
-                                  "s differs with %d threads (gate %d)", threads, gate);
+    static const int64_t shapes[][3] = {{2, 3, 130}, {1, 1, 1000}};
+    for (int sh = 0; sh < 2; sh++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++)
+                for (int state = 0; state <= 1; state++) {
+                    const int64_t B = shapes[sh][0], H = shapes[sh][1], T = shapes[sh][2];
+                    spec sp = spec_default(B, H, T, 32, 24);
+                    sp.gate = (linattn_gate)gate;
+                    sp.algo = (linattn_algo)algo;
+                    sp.with_state = state;
+                    sp.chunk = sh ? 16 : 0;
+                    problem p;
+                    problem_make(&p, &sp);
+                    const size_t no = (size_t)(B * H * T * 24), ns = (size_t)(B * H * 32 * 24);
+                    const size_t nz = (size_t)(B * H * 32);
+                    float *o1 = malloc(no * sizeof(float)), *s1 = malloc(ns * sizeof(float));
+                    for (int threads = 1; threads <= 3; threads++) {
+                        if (state) {
+                            memcpy(p.s, p.s_init, ns * sizeof(float));
+                            memcpy(p.z, p.z_init, nz * sizeof(float));
+                        }
+                        p.cfg.num_threads = threads;
+                        ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+                        if (threads == 1) {
+                            memcpy(o1, p.o, no * sizeof(float));
+                            if (state)
+                                memcpy(s1, p.s, ns * sizeof(float));
+                            continue;
+                        }
+                        ck_assert_msg(memcmp(o1, p.o, no * sizeof(float)) == 0,
+                                      "o differs with %d threads: %s", threads, spec_name(&sp));
+                        ck_assert_msg(!state || memcmp(s1, p.s, ns * sizeof(float)) == 0,
+                                      "s differs with %d threads: %s", threads, spec_name(&sp));
+                    }
+                    ck_assert_msg(problem_error(&p) <= 1.0, "%s", spec_name(&sp));
+                    free(o1);
+                    free(s1);
+                    problem_free(&p);
                 }
-            }
-            free(o1);
-            free(s1);
-            problem_free(&base);
-        }
 }
 END_TEST
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Plot a linattn-bench --sweep CSV: tokens/s against T, log-log, one line
+per (kernel, isa, dk).
+
+usage: plot_sweep.py SWEEP.csv OUT.png
+"""
+import csv
+import sys
+from collections import defaultdict
+
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("plot_sweep.py: needs matplotlib (Debian: apt install python3-matplotlib, "
+             "then run it with /usr/bin/python3)")
+
+matplotlib.use("Agg")  # files only: no display on build machines
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.stderr.write(__doc__)
+        return 2
+    src, out = argv[1], argv[2]
+    lines = defaultdict(list)
+    with open(src, newline="") as f:
+        for row in csv.DictReader(f):
+            key = (row["kernel"], row["isa"], int(row["dk"]), row.get("gate", "none"))
+            lines[key].append((int(row["T"]), float(row["tokens_per_s"])))
+    if not lines:
+        sys.stderr.write(f"plot_sweep.py: no rows in {src}\n")
+        return 1
+
+    gates = {k[3] for k in lines}
+    fig, ax = plt.subplots(figsize=(9, 6))
+    styles = {"forward_chunked": "-", "forward_recurrent": "--", "quadratic": ":"}
+    for (kernel, isa, dk, gate), pts in sorted(lines.items()):
+        pts.sort()
+        label = f"{kernel} {isa} dk={dk}" + (f" gate={gate}" if len(gates) > 1 else "")
+        ax.plot([t for t, _ in pts], [y for _, y in pts], styles.get(kernel, "-."),
+                marker="o", markersize=3, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length T")
+    ax.set_ylabel("tokens/s (B*H*T per second)")
+    ax.set_title("linattn-bench sweep")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -340,29 +340,37 @@ START_TEST(threads_bitwise_equal)
 }
 END_TEST
 
-/* A NaN in v at token t reaches the outputs of tokens >= t only. */
+/* A NaN in v or k at token t reaches the outputs of tokens >= t only (and
+ * all of them when nothing decays); a NaN in q only its own token. Masked
+ * parts of a chunk must be skipped, not multiplied by zero. */
 START_TEST(nan_propagates_only_forward)
 {
     for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++)
-        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
-            spec sp = spec_default(1, 1, 80, 8, 8);
-            sp.algo = (linattn_algo)algo;
-            sp.gate = (linattn_gate)gate;
-            sp.normalize = 0;
-            problem p;
-            problem_make(&p, &sp);
-            const int64_t bad = 37;
-            p.v[bad * p.cfg.v.token] = NAN;
-            ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
-            for (int64_t t = 0; t < 80; t++) {
-                const float x = p.o[t * p.cfg.o.token];
-                if (t < bad)
-                    ck_assert_msg(isfinite(x), "token %lld before the NaN is %g (%s)", (long long)t, x, spec_name(&sp));
-                else if (gate == LINATTN_GATE_NONE)
-                    ck_assert_msg(isnan(x), "token %lld after the NaN is %g", (long long)t, x);
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int where = 0; where < 3; where++) {
+                spec sp = spec_default(1, 1, 80, 8, 8);
+                sp.algo = (linattn_algo)algo;
+                sp.gate = (linattn_gate)gate;
+                sp.normalize = 0;
+                sp.phi = where == 1 ? LINATTN_PHI_RELU : LINATTN_PHI_ELU1;
+                problem p;
+                problem_make(&p, &sp);
+                const int64_t bad = 37;
+                float *input = where == 0 ? p.v : where == 1 ? p.k : p.q;
+                input[bad * 8] = NAN;
+                ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+                for (int64_t t = 0; t < 80; t++) {
+                    const float x = p.o[t * p.cfg.o.token];
+                    const int tainted = where == 2 ? t == bad : t >= bad;
+                    if (!tainted)
+                        ck_assert_msg(isfinite(x), "token %lld is %g, NaN input at %lld (%s, input %d)",
+                                      (long long)t, x, (long long)bad, spec_name(&sp), where);
+                    else if (gate == LINATTN_GATE_NONE || t == bad)
+                        ck_assert_msg(isnan(x), "token %lld is %g, NaN input at %lld (%s, input %d)",
+                                      (long long)t, x, (long long)bad, spec_name(&sp), where);
+                }
+                problem_free(&p);
             }
-            problem_free(&p);
-        }
 }
 END_TEST
 

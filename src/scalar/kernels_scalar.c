@@ -39,7 +39,7 @@ static float phi_scalar(linattn_phi phi, float x)
 {
     switch (phi) {
     case LINATTN_PHI_ELU1: return x > 0.0f ? x + 1.0f : expf(x);
-    case LINATTN_PHI_RELU: return x > 0.0f ? x : 0.0f;
+    case LINATTN_PHI_RELU: return x > 0.0f || isnan(x) ? x : 0.0f; /* NaN propagates */
     default: return x;
     }
 }

@@ -1,0 +1,674 @@
+/* The AVX-512 table (and, built with LA_AVX512_SIMDE, its SIMDe twin; see
+ * simd512.h). The prefill kernels are register-blocked GEMMs over a packed
+ * chunk, in the shape of BLIS/XNNPACK micro-kernels: MR rows x 32 columns of
+ * accumulators, one broadcast and two FMAs per row and step of the inner
+ * dimension. Column tails use prefix masks, so no array is read or written
+ * past its end. */
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "../kernels.h"
+#include "simd512.h"
+
+enum {
+    W = 16,   /* floats per vector */
+    MR = 8,   /* rows of a GEMM tile (x 2 vectors of columns) */
+    NR = 32,  /* columns of a GEMM tile */
+    BLK = 16, /* rows and columns of a tile of A = Qh Kh^T (GLA sub-block) */
+    AJ = 256, /* columns of A kept at once (longer chunks run in slabs) */
+    CS = 64,  /* channels per packed block of forward_noncausal */
+    TB = 64,  /* tokens per packed block of forward_noncausal */
+};
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t up16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+LA_INLINE __m512 phi_v(linattn_phi phi, __m512 x)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    switch (phi) {
+    case LINATTN_PHI_ELU1: { /* x + 1 where x > 0, else e^x (NaN takes the exp path) */
+        const __mmask16 pos = _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ);
+        return _mm512_mask_add_ps(la_exp(_mm512_min_ps(zero, x)), pos, x, _mm512_set1_ps(1.0f));
+    }
+    case LINATTN_PHI_RELU: return _mm512_max_ps(zero, x); /* x second: NaN propagates */
+    default: return x;
+    }
+}
+
+/* ---- GEMM tile --------------------------------------------------------- */
+
+/* One product of the tile: C[r][:] += sum_k a[r + k*aks] * b[k*bks + :]. The
+ * left operand is a packed panel (the rows of one step contiguous), so the MR
+ * broadcasts of a step come from one pointer at constant offsets.
+ * The last tri steps are a causal triangle: step k-tri+t feeds rows r >= t
+ * only, so a NaN in a later row of b never reaches earlier rows (0 * NaN). */
+typedef struct {
+    const float *a;
+    int64_t aks;
+    const float *b;
+    int64_t bks, k, tri;
+} la_pass;
+
+/* C (m <= MR rows, nc <= NR columns, row stride ldc) = [C +] sum of the
+ * passes, each row then times rs[r] when rs is given. Rows past m compute on
+ * whatever the panel holds there (packed panels are padded, finite) and are
+ * not stored, so one loop nest serves every tile. Several passes share the
+ * accumulators: chunk_output adds Qs S and A V in one tile. */
+LA_INLINE void tile(int64_t m, int64_t nc, const la_pass *ps, int np, float *c, int64_t ldc,
+                    const float *rs, int add)
+{
+    const __mmask16 m0 = la_tail(nc), m1 = la_tail(nc - W);
+    __m512 acc0[MR], acc1[MR];
+    for (int r = 0; r < MR; r++) {
+        const float *cr = c + (r < m ? r : 0) * ldc;
+        acc0[r] = add ? la_load(m0, cr) : _mm512_setzero_ps();
+        acc1[r] = add ? la_load(m1, cr + W) : _mm512_setzero_ps();
+    }
+    for (int p = 0; p < np; p++) {
+        const float *a = ps[p].a, *b = ps[p].b;
+        const int64_t aks = ps[p].aks, bks = ps[p].bks;
+        const int64_t kfull = ps[p].k - ps[p].tri;
+        for (int64_t k = 0; k < kfull; k++, b += bks) {
+            const __m512 b0 = la_load(m0, b), b1 = la_load(m1, b + W);
+            for (int r = 0; r < MR; r++) {
+                const __m512 x = _mm512_set1_ps(a[k * aks + r]);
+                acc0[r] = _mm512_fmadd_ps(x, b0, acc0[r]);
+                acc1[r] = _mm512_fmadd_ps(x, b1, acc1[r]);
+            }
+        }
+        for (int t = 0; t < MR && t < ps[p].tri; t++, b += bks) {
+            const int64_t k = kfull + t;
+            const __m512 b0 = la_load(m0, b), b1 = la_load(m1, b + W);
+            for (int r = 0; r < MR; r++) {
+                const __mmask16 on = r >= t ? (__mmask16)0xFFFF : (__mmask16)0;
+                const __m512 x = _mm512_set1_ps(a[k * aks + r]);
+                acc0[r] = _mm512_mask_mov_ps(acc0[r], on, _mm512_fmadd_ps(x, b0, acc0[r]));
+                acc1[r] = _mm512_mask_mov_ps(acc1[r], on, _mm512_fmadd_ps(x, b1, acc1[r]));
+            }
+        }
+    }
+    for (int r = 0; r < MR; r++) {
+        if (r >= m)
+            break;
+        if (rs) {
+            const __m512 f = _mm512_set1_ps(rs[r]);
+            acc0[r] = _mm512_mul_ps(acc0[r], f);
+            acc1[r] = _mm512_mul_ps(acc1[r], f);
+        }
+        la_store(c + r * ldc, m0, acc0[r]);
+        la_store(c + r * ldc + W, m1, acc1[r]);
+    }
+}
+
+/* ---- pack -------------------------------------------------------------- */
+
+/* Pack layout for chunks of up to C rows; ldk = dk, ldc = C, both rounded up
+ * to 16, padding zero; "panel" = 16-row blocks stored [block][c][16 rows], the
+ * BLIS packing that makes one step's broadcasts contiguous. After a 64-byte
+ * header:
+ *   qh, kh [C][ldk]   scale phi(q), phi(k)
+ *   b   [C][ldk]      per-channel prefix sums of g (CHANNEL), double
+ *   ga  [C][ldk]      e^(g_i) per channel (CHANNEL)
+ *   kd  [C][ldk]      kh_j e^(b_last - b_j): chunk_state's left operand
+ *   qs  panel [ldk]   qh_i e^(b_i): left operand of Qs S
+ *   kp  panel [ldk]   left operand of A^T: kh, or for CHANNEL kh_j e^(b_e - b_j),
+ *                     e = the last row of j's block
+ *   qt  [ldk][ldc]    right operand of A^T: qh^T, or for CHANNEL
+ *                     (qh_i e^(b_i - b_r))^T, r = the row before i's block
+ *   bt  [ldc]         prefix sums of the TOKEN gate, double
+ * All factors are e^x with x <= 0. Prefix sums are double and differenced
+ * before rounding to float: in float, |b| ~ 1e3 (long chunks, strong decay)
+ * would leave b_i - b_j of nearby rows only ~1e-4 accurate. */
+typedef struct {
+    int64_t rows, ldk, ldc;
+} pack_header;
+
+typedef struct {
+    float *qh, *kh, *ga, *kd, *qs, *kp, *qt;
+    double *b, *bt;
+    int64_t ldk, ldc;
+} pack_view;
+
+static pack_view view_of(const void *pack)
+{
+    const pack_header *hd = pack;
+    const int64_t rows = hd->rows * hd->ldk, panel = hd->ldc * hd->ldk;
+    float *f = (float *)pack + 16;
+    pack_view p = {.qh = f,
+                   .kh = f + rows,
+                   .ga = f + 2 * rows,
+                   .kd = f + 3 * rows,
+                   .b = (double *)(f + 4 * rows),
+                   .ldk = hd->ldk,
+                   .ldc = hd->ldc};
+    p.qs = f + 6 * rows;
+    p.kp = p.qs + panel;
+    p.qt = p.kp + panel;
+    p.bt = (double *)(p.qt + panel);
+    return p;
+}
+
+static size_t pack_bytes_avx512(int64_t chunk, int64_t dk, int64_t dv)
+{
+    (void)dv;
+    const size_t ldk = (size_t)up16(dk), ldc = (size_t)up16(chunk);
+    return 64 + (6 * (size_t)chunk * ldk + 3 * ldc * ldk + 2 * ldc) * sizeof(float);
+}
+
+static int64_t default_chunk_avx512(int64_t dk, int64_t dv, la_gate gate)
+{
+    (void)gate;
+    /* Measured on Zen 4 (B=1, H=8, T=4096, every gate): per token the
+     * intra-chunk work grows with the chunk and the pack/state overhead
+     * shrinks; 32 is best for d = 64..128, 16 for d <= 32 (by ~8%). */
+    return dk <= 32 && dv <= 32 ? 16 : 32;
+}
+
+/* Lane indices of the butterfly stage exchanging blocks of s = 8, 4, 2, 1
+ * lanes between rows i and i+s: [0] gives row i (its low block, then row
+ * i+s's), [1] row i+s (row i's high block, then its own). */
+static const int32_t butterfly[4][2][16] = {
+    {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+     {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+     {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+     {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+    {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+     {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
+};
+
+LA_INLINE void butterfly_stage(__m512 x[16], int stage, int s)
+{
+    const __m512i il = _mm512_loadu_si512(butterfly[stage][0]);
+    const __m512i ih = _mm512_loadu_si512(butterfly[stage][1]);
+    for (int i = 0; i < 16; i++)
+        if (!(i & s)) {
+            const __m512 a = x[i], b = x[i + s];
+            x[i] = _mm512_permutex2var_ps(a, il, b);
+            x[i + s] = _mm512_permutex2var_ps(a, ih, b);
+        }
+}
+
+/* x[j][l] <-> x[l][j] in four butterfly stages (64 two-source permutes). */
+LA_INLINE void transpose16(__m512 x[16])
+{
+    butterfly_stage(x, 0, 8);
+    butterfly_stage(x, 1, 4);
+    butterfly_stage(x, 2, 2);
+    butterfly_stage(x, 3, 1);
+}
+
+/* dst[l * stride] = lane l of v. */
+LA_INLINE void scatter16(float *dst, int64_t stride, __m512 v)
+{
+    _Alignas(64) float t[W];
+    _mm512_store_ps(t, v);
+    for (int l = 0; l < W; l++)
+        dst[l * stride] = t[l];
+}
+
+/* (float)(x[l] - y[l]), l = 0..15, the difference taken in double. AVX
+ * 256-bit conversions: SIMDe 0.7.4 has no _mm512_cvtpd_ps. */
+LA_INLINE __m512 dsub16(const double *x, const double *y, int64_t ystep)
+{
+    __m128 f[4];
+    for (int l = 0; l < 4; l++) {
+        const __m256d yv = ystep ? _mm256_load_pd(y + 4 * l) : _mm256_set1_pd(*y);
+        f[l] = _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_load_pd(x + 4 * l), yv));
+    }
+    const __m256 lo = _mm256_insertf128_ps(_mm256_castps128_ps256(f[0]), f[1], 1);
+    const __m256 hi = _mm256_insertf128_ps(_mm256_castps128_ps256(f[2]), f[3], 1);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+static void chunk_pack_avx512(const la_head *h, int64_t t0, int64_t n, void *pack)
+{
+    const int64_t dk = h->dk, ldk = up16(dk);
+    pack_header *hd = pack;
+    hd->rows = h->chunk;
+    hd->ldk = ldk;
+    hd->ldc = up16(h->chunk);
+    const pack_view p = view_of(pack);
+    const __m512 scale = _mm512_set1_ps(h->scale);
+
+    /* Pass 1: features and prefix sums; the factors below need b_last. */
+    for (int64_t i = 0; i < n; i++) {
+        const float *q = h->q + (t0 + i) * h->q_ts, *k = h->k + (t0 + i) * h->k_ts;
+        for (int64_t c = 0; c < ldk; c += W) {
+            const __mmask16 mc = la_tail(dk - c);
+            const __m512 qv = _mm512_mul_ps(scale, phi_v(h->phi, la_load(mc, q + c)));
+            _mm512_store_ps(p.qh + i * ldk + c, _mm512_maskz_mov_ps(mc, qv));
+            _mm512_store_ps(p.kh + i * ldk + c,
+                            _mm512_maskz_mov_ps(mc, phi_v(h->phi, la_load(mc, k + c))));
+            if (h->gate == LA_GATE_CHANNEL) {
+                const __m512 g = la_load(mc, h->g + (t0 + i) * h->g_ts + c);
+                _Alignas(64) float gf[W];
+                _mm512_store_ps(gf, g);
+                for (int l = 0; l < W; l += 4) {
+                    const __m256d prev =
+                        i ? _mm256_load_pd(p.b + (i - 1) * ldk + c + l) : _mm256_setzero_pd();
+                    _mm256_store_pd(p.b + i * ldk + c + l,
+                                    _mm256_add_pd(prev, _mm256_cvtps_pd(_mm_load_ps(gf + l))));
+                }
+                _mm512_store_ps(p.ga + i * ldk + c, la_exp(g));
+            }
+        }
+        if (h->gate == LA_GATE_TOKEN)
+            p.bt[i] = (i ? p.bt[i - 1] : 0.0) + h->g[(t0 + i) * h->g_ts];
+    }
+    for (int64_t i = n; i < p.ldc; i++)
+        p.bt[i] = 0.0; /* read by the last 16-wide tile of A */
+
+    /* Pass 2: the decayed operands, 16 rows x 16 channels at a time; rows
+     * are transposed in registers into the panels and qt. Rows past n are
+     * zero, which is the panels' padding. */
+    const double zd = 0.0;
+    const __m512 zero = _mm512_setzero_ps();
+    const int chan = h->gate == LA_GATE_CHANNEL;
+    for (int64_t i0 = 0; i0 < n; i0 += BLK) {
+        const int64_t m = min64(BLK, n - i0), r = i0 - 1, e = i0 + m - 1;
+        float fs[BLK], fd[BLK]; /* TOKEN: e^(b_i), e^(b_last - b_i) */
+        for (int64_t j = 0; j < m; j++) {
+            const int tok = h->gate == LA_GATE_TOKEN;
+            fs[j] = tok ? expf((float)p.bt[i0 + j]) : 1.0f;
+            fd[j] = tok ? expf((float)(p.bt[n - 1] - p.bt[i0 + j])) : 1.0f;
+        }
+        for (int64_t c = 0; c < ldk; c += W) {
+            __m512 x[BLK];
+            /* qs: qh_i e^(b_i) */
+            for (int64_t j = 0; j < BLK; j++) {
+                const int64_t i = i0 + j;
+                const __m512 q = j < m ? _mm512_load_ps(p.qh + i * ldk + c) : zero;
+                x[j] = _mm512_mul_ps(q, chan && j < m ? la_exp(dsub16(p.b + i * ldk + c, &zd, 0))
+                                                      : _mm512_set1_ps(j < m ? fs[j] : 0.0f));
+            }
+            transpose16(x);
+            for (int l = 0; l < W; l++)
+                _mm512_store_ps(p.qs + i0 * ldk + (c + l) * BLK, x[l]);
+            /* qt: qh_i e^(b_i - b_r) */
+            for (int64_t j = 0; j < BLK; j++) {
+                const int64_t i = i0 + j;
+                x[j] = j < m ? _mm512_load_ps(p.qh + i * ldk + c) : zero;
+                if (chan && j < m)
+                    x[j] = _mm512_mul_ps(
+                        x[j], la_exp(r >= 0 ? dsub16(p.b + i * ldk + c, p.b + r * ldk + c, 1)
+                                            : dsub16(p.b + i * ldk + c, &zd, 0)));
+            }
+            transpose16(x);
+            for (int l = 0; l < W; l++)
+                _mm512_store_ps(p.qt + (c + l) * p.ldc + i0, x[l]);
+            /* kp: kh_j e^(b_e - b_j); kd: kh_j e^(b_last - b_j), row-major */
+            for (int64_t j = 0; j < BLK; j++) {
+                const int64_t i = i0 + j;
+                const __m512 k = j < m ? _mm512_load_ps(p.kh + i * ldk + c) : zero;
+                x[j] = k;
+                if (j < m && chan) {
+                    x[j] =
+                        _mm512_mul_ps(k, la_exp(dsub16(p.b + e * ldk + c, p.b + i * ldk + c, 1)));
+                    _mm512_store_ps(p.kd + i * ldk + c,
+                                    _mm512_mul_ps(k, la_exp(dsub16(p.b + (n - 1) * ldk + c,
+                                                                   p.b + i * ldk + c, 1))));
+                } else if (j < m) {
+                    _mm512_store_ps(p.kd + i * ldk + c, _mm512_mul_ps(k, _mm512_set1_ps(fd[j])));
+                }
+            }
+            transpose16(x);
+            for (int l = 0; l < W; l++)
+                _mm512_store_ps(p.kp + i0 * ldk + (c + l) * BLK, x[l]);
+        }
+    }
+}
+
+/* ---- chunk_output ------------------------------------------------------ */
+
+/* One BLK x BLK tile of A^T (rows j0.., lanes i0..) into at ([j][16]), from
+ * the kp panel and qt. With scaled, row c of qt is first multiplied by
+ * e^(b_r - b_e): r the row before block i0, e the last row of block j0. */
+LA_INLINE void a_tile(const pack_view *p, int64_t dk, int64_t i0, int64_t j0, int scaled, float *at)
+{
+    __m512 acc[BLK];
+    for (int r = 0; r < BLK; r++)
+        acc[r] = _mm512_setzero_ps();
+    const float *kp = p->kp + j0 * p->ldk, *qt = p->qt + i0;
+    _Alignas(64) float f[CS];
+    for (int64_t c0 = 0; c0 < dk; c0 += CS) {
+        const int64_t cn = min64(CS, dk - c0);
+        if (scaled)
+            for (int64_t c = 0; c < cn; c += W) {
+                const double *br = p->b + (i0 - 1) * p->ldk + c0 + c;
+                const double *be = p->b + (j0 + BLK - 1) * p->ldk + c0 + c;
+                _mm512_store_ps(f + c, la_exp(dsub16(br, be, 1)));
+            }
+        for (int64_t c = c0; c < c0 + cn; c++) {
+            __m512 q = _mm512_load_ps(qt + c * p->ldc);
+            if (scaled)
+                q = _mm512_mul_ps(q, _mm512_set1_ps(f[c - c0]));
+            for (int r = 0; r < BLK; r++)
+                acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(kp[c * BLK + r]), q, acc[r]);
+        }
+    }
+    for (int r = 0; r < BLK; r++)
+        _mm512_store_ps(at + r * BLK, acc[r]);
+}
+
+/* GLA diagonal block: A_ij = sum_c qh_ic kh_jc e^(b_ic - b_jc), j <= i, the
+ * decay built as the product of the e^(g_l), l = j+1..i (all <= 1, at most 15
+ * roundings) while j walks down from i: no exp per pair. */
+static void a_diag_channel(const pack_view *p, int64_t i0, int64_t m, float *at)
+{
+    __m512 acc[BLK];
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t j = 0; j <= r; j++)
+            acc[j] = _mm512_setzero_ps();
+        for (int64_t c = 0; c < p->ldk; c += W) {
+            __m512 u = _mm512_load_ps(p->qh + (i0 + r) * p->ldk + c);
+            for (int64_t j = r; j >= 0; j--) {
+                acc[j] = _mm512_fmadd_ps(u, _mm512_load_ps(p->kh + (i0 + j) * p->ldk + c), acc[j]);
+                u = _mm512_mul_ps(u, _mm512_load_ps(p->ga + (i0 + j) * p->ldk + c));
+            }
+        }
+        for (int64_t j = 0; j < BLK; j++)
+            at[j * BLK + r] = j <= r ? la_hsum(acc[j]) : 0.0f;
+    }
+    for (int64_t r = m; r < BLK; r++) /* lanes past the chunk: defined, unused */
+        for (int64_t j = 0; j < BLK; j++)
+            at[j * BLK + r] = 0.0f;
+}
+
+/* A^T for rows i0.. (m of them, lanes) and columns js..js+jn-1, masked and
+ * decayed, into a ([j - js][16]). */
+static void build_a(const la_head *h, const pack_view *p, int64_t i0, int64_t m, int64_t js,
+                    int64_t jn, float *a)
+{
+    for (int64_t jb = 0; jb < jn; jb += BLK) {
+        const int64_t j0 = js + jb;
+        float *at = a + jb * BLK;
+        if (h->gate == LA_GATE_CHANNEL) {
+            if (j0 < i0)
+                a_tile(p, h->dk, i0, j0, 1, at);
+            else
+                a_diag_channel(p, i0, m, at);
+            continue;
+        }
+        a_tile(p, h->dk, i0, j0, 0, at);
+        for (int64_t j = 0; j < BLK; j++) {
+            /* causal mask i >= j; TOKEN decay e^(b_i - b_j) <= 1 there */
+            const __mmask16 keep = j0 < i0 ? (__mmask16)0xFFFF : (__mmask16)(0xFFFFu << j);
+            __m512 x = _mm512_load_ps(at + j * BLK);
+            if (h->gate == LA_GATE_TOKEN) {
+                const __m512 d = dsub16(p->bt + i0, p->bt + j0 + j, 0);
+                x = _mm512_mul_ps(x, la_exp(_mm512_min_ps(_mm512_setzero_ps(), d)));
+            }
+            _mm512_store_ps(at + j * BLK, _mm512_maskz_mov_ps(keep, x));
+        }
+    }
+}
+
+static void chunk_output_avx512(const la_head *h, const void *pack, int64_t t0, int64_t n,
+                                const float *s, const float *z)
+{
+    const int64_t dk = h->dk, dv = h->dv;
+    const pack_view p = view_of(pack);
+    _Alignas(64) float a[AJ * BLK];
+    _Alignas(64) float inv[BLK];
+
+    for (int64_t i0 = 0; i0 < n; i0 += BLK) {
+        const int64_t m = min64(BLK, n - i0), jend = i0 + m;
+        const float *qs = p.qs + i0 * p.ldk;
+        /* denominators of the 16 rows as one vector: Qs z + row sums of A + eps */
+        __m512 den = _mm512_set1_ps(h->eps);
+        if (z)
+            for (int64_t c = 0; c < dk; c++)
+                den = _mm512_fmadd_ps(_mm512_load_ps(qs + c * BLK), _mm512_set1_ps(z[c]), den);
+        /* Columns of A in slabs of AJ; o accumulates across slabs. */
+        for (int64_t js = 0; js < jend; js += AJ) {
+            const int64_t jn = min64(AJ, jend - js);
+            const int last = js + jn == jend;
+            build_a(h, &p, i0, m, js, jn, a);
+            if (z) {
+                for (int64_t j = 0; j < jn; j++)
+                    den = _mm512_add_ps(den, _mm512_load_ps(a + j * BLK));
+                _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), den));
+            }
+            for (int64_t d0 = 0; d0 < dv; d0 += NR) {
+                for (int64_t r0 = 0; r0 < m; r0 += MR) {
+                    /* Causal: in the last slab rows r0.. stop at their own
+                     * column, the tile's last mm columns being the triangle
+                     * (slabs and blocks are multiples of 16: it never straddles). */
+                    const int64_t mm = min64(MR, m - r0);
+                    const la_pass ps[2] = {
+                        {a + r0, BLK, h->v + (t0 + js) * h->v_ts + d0, h->v_ts,
+                         last ? i0 + r0 + mm - js : jn, last ? mm : 0},
+                        {qs + r0, BLK, s + d0, dv, dk, 0},
+                    };
+                    tile(mm, min64(NR, dv - d0), ps, js == 0 ? 2 : 1,
+                         h->o + (t0 + i0 + r0) * h->o_ts + d0, h->o_ts, z && last ? inv + r0 : NULL,
+                         js > 0);
+                }
+            }
+        }
+    }
+}
+
+/* ---- state ------------------------------------------------------------- */
+
+static void chunk_state_avx512(const la_head *h, const void *pack, int64_t t0, int64_t n, float *u,
+                               float *uz)
+{
+    const int64_t dk = h->dk, dv = h->dv;
+    const pack_view p = view_of(pack);
+    for (int64_t c0 = 0; c0 < dk; c0 += MR)
+        for (int64_t d0 = 0; d0 < dv; d0 += NR) {
+            const la_pass ps = {p.kd + c0, p.ldk, h->v + t0 * h->v_ts + d0, h->v_ts, n, 0};
+            tile(min64(MR, dk - c0), min64(NR, dv - d0), &ps, 1, u + c0 * dv + d0, dv, NULL, 0);
+        }
+    if (h->z)
+        for (int64_t c = 0; c < dk; c += W) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t j = 0; j < n; j++)
+                acc = _mm512_add_ps(acc, _mm512_load_ps(p.kd + j * p.ldk + c));
+            la_store(uz + c, la_tail(dk - c), acc);
+        }
+}
+
+static void state_combine_avx512(const la_head *h, const void *pack, int64_t n, float *s, float *z,
+                                 const float *u, const float *uz)
+{
+    const int64_t dk = h->dk, dv = h->dv;
+    const pack_view p = view_of(pack);
+    __m512 av = _mm512_set1_ps(1.0f);
+    if (h->gate == LA_GATE_TOKEN)
+        av = _mm512_set1_ps(expf((float)p.bt[n - 1]));
+    for (int64_t c0 = 0; c0 < dk; c0 += W) {
+        const __mmask16 mc = la_tail(dk - c0);
+        if (h->gate == LA_GATE_CHANNEL) {
+            const double zd = 0.0;
+            av = la_exp(dsub16(p.b + (n - 1) * p.ldk + c0, &zd, 0));
+        }
+        _Alignas(64) float f[W];
+        _mm512_store_ps(f, av);
+        for (int64_t c = c0; c < min64(c0 + W, dk); c++) {
+            const __m512 x = _mm512_set1_ps(f[c - c0]);
+            for (int64_t d = 0; d < dv; d += W) {
+                const __mmask16 md = la_tail(dv - d);
+                la_store(
+                    s + c * dv + d, md,
+                    _mm512_fmadd_ps(x, la_load(md, s + c * dv + d), la_load(md, u + c * dv + d)));
+            }
+        }
+        if (z)
+            la_store(z + c0, mc, _mm512_fmadd_ps(av, la_load(mc, z + c0), la_load(mc, uz + c0)));
+    }
+}
+
+/* ---- one token --------------------------------------------------------- */
+
+/* Columns d0..d0+16*NV-1 of one token: each state row is decayed, updated and
+ * read out in the same pass, o held in registers. The first slab also updates
+ * z and sets *inv; later slabs only read it. */
+LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, const float *v,
+                          const float *g, float *o, int64_t d0, const int NV, float *inv)
+{
+    const int64_t dk = h->dk, dv = h->dv;
+    const int first = d0 == 0;
+    __mmask16 mv[4];
+    __m512 vv[4], acc[4];
+    for (int j = 0; j < NV; j++) {
+        mv[j] = la_tail(dv - d0 - j * W);
+        vv[j] = la_load(mv[j], v + d0 + j * W);
+        acc[j] = _mm512_setzero_ps();
+    }
+    __m512 dsum = _mm512_setzero_ps();
+    __m512 av = _mm512_set1_ps(1.0f);
+    if (h->gate == LA_GATE_TOKEN)
+        av = _mm512_set1_ps(expf(g[0]));
+    for (int64_t c0 = 0; c0 < dk; c0 += W) {
+        const __mmask16 mc = la_tail(dk - c0);
+        const __m512 qv = _mm512_maskz_mov_ps(
+            mc, _mm512_mul_ps(_mm512_set1_ps(h->scale), phi_v(h->phi, la_load(mc, q + c0))));
+        const __m512 kv = _mm512_maskz_mov_ps(mc, phi_v(h->phi, la_load(mc, k + c0)));
+        if (h->gate == LA_GATE_CHANNEL)
+            av = la_exp(la_load(mc, g + c0));
+        if (first && h->z) {
+            const __m512 zv = _mm512_fmadd_ps(av, la_load(mc, h->z + c0), kv);
+            la_store(h->z + c0, mc, zv);
+            dsum = _mm512_fmadd_ps(qv, zv, dsum);
+        }
+        _Alignas(64) float qa[W], ka[W], aa[W];
+        _mm512_store_ps(qa, qv);
+        _mm512_store_ps(ka, kv);
+        _mm512_store_ps(aa, av);
+        for (int64_t c = 0; c < min64(W, dk - c0); c++) {
+            float *srow = h->s + (c0 + c) * dv + d0;
+            const __m512 xa = _mm512_set1_ps(aa[c]), xk = _mm512_set1_ps(ka[c]),
+                         xq = _mm512_set1_ps(qa[c]);
+            for (int j = 0; j < NV; j++) {
+                const __m512 sv =
+                    _mm512_fmadd_ps(xa, la_load(mv[j], srow + j * W), _mm512_mul_ps(xk, vv[j]));
+                la_store(srow + j * W, mv[j], sv);
+                acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
+            }
+        }
+    }
+    if (first && h->z)
+        *inv = 1.0f / (la_hsum(dsum) + h->eps);
+    for (int j = 0; j < NV; j++)
+        la_store(o + d0 + j * W, mv[j],
+                 h->z ? _mm512_mul_ps(acc[j], _mm512_set1_ps(*inv)) : acc[j]);
+}
+
+static void token_avx512(const la_head *h, const float *q, const float *k, const float *v,
+                         const float *g, float *o)
+{
+    float inv = 1.0f;
+    for (int64_t d0 = 0; d0 < h->dv; d0 += 4 * W) {
+        switch ((min64(4 * W, h->dv - d0) + W - 1) / W) {
+        case 1: token_slab(h, q, k, v, g, o, d0, 1, &inv); break;
+        case 2: token_slab(h, q, k, v, g, o, d0, 2, &inv); break;
+        case 3: token_slab(h, q, k, v, g, o, d0, 3, &inv); break;
+        default: token_slab(h, q, k, v, g, o, d0, 4, &inv); break;
+        }
+    }
+}
+
+static void step_avx512(const la_head *h) { token_avx512(h, h->q, h->k, h->v, h->g, h->o); }
+
+static void forward_recurrent_avx512(const la_head *h)
+{
+    for (int64_t t = 0; t < h->T; t++)
+        token_avx512(h, h->q + t * h->q_ts, h->k + t * h->k_ts, h->v + t * h->v_ts,
+                     h->gate == LA_GATE_NONE ? NULL : h->g + t * h->g_ts, h->o + t * h->o_ts);
+}
+
+/* ---- non-causal -------------------------------------------------------- */
+
+/* Block of scale * phi(x) for rows t0.., channels c0.., zero padded: [TB][CS]
+ * for the left operand of Kh^T V, or transposed [CS][TB] for that of Qh S. */
+static void pack_block(const la_head *h, const float *x, int64_t xts, float scale, int64_t t0,
+                       int64_t tn, int64_t c0, int trans, float *blk)
+{
+    if (trans && tn < TB)
+        memset(blk, 0, TB * CS * sizeof(float));
+    for (int64_t t = 0; t < tn; t++)
+        for (int64_t c = 0; c < CS; c += W) {
+            const __mmask16 mc = la_tail(h->dk - c0 - c);
+            const __m512 y = _mm512_mul_ps(_mm512_set1_ps(scale),
+                                           phi_v(h->phi, la_load(mc, x + (t0 + t) * xts + c0 + c)));
+            if (trans)
+                scatter16(blk + c * TB + t, TB, _mm512_maskz_mov_ps(mc, y));
+            else
+                _mm512_store_ps(blk + t * CS + c, _mm512_maskz_mov_ps(mc, y));
+        }
+}
+
+static void forward_noncausal_avx512(const la_head *h)
+{
+    const int64_t dk = h->dk, dv = h->dv;
+    _Alignas(64) float blk[TB * CS];
+    float inv[TB];
+    /* S += Kh^T V, z += column sums of Kh, in blocks of TB tokens x CS channels. */
+    for (int64_t t0 = 0; t0 < h->T; t0 += TB) {
+        const int64_t tn = min64(TB, h->T - t0);
+        for (int64_t c0 = 0; c0 < dk; c0 += CS) {
+            const int64_t cn = min64(CS, dk - c0);
+            pack_block(h, h->k, h->k_ts, 1.0f, t0, tn, c0, 0, blk);
+            for (int64_t cc = 0; cc < cn; cc += MR)
+                for (int64_t d0 = 0; d0 < dv; d0 += NR) {
+                    const la_pass ps = {blk + cc, CS, h->v + t0 * h->v_ts + d0, h->v_ts, tn, 0};
+                    tile(min64(MR, cn - cc), min64(NR, dv - d0), &ps, 1, h->s + (c0 + cc) * dv + d0,
+                         dv, NULL, 1);
+                }
+            if (h->z)
+                for (int64_t c = 0; c < cn; c += W) {
+                    const __mmask16 mc = la_tail(cn - c);
+                    __m512 acc = la_load(mc, h->z + c0 + c);
+                    for (int64_t t = 0; t < tn; t++)
+                        acc = _mm512_add_ps(acc, _mm512_load_ps(blk + t * CS + c));
+                    la_store(h->z + c0 + c, mc, acc);
+                }
+        }
+    }
+    /* O = Qh S (/ Qh z + eps), accumulated over channel blocks. */
+    for (int64_t t0 = 0; t0 < h->T; t0 += TB) {
+        const int64_t tn = min64(TB, h->T - t0);
+        if (h->z)
+            for (int64_t t = 0; t < tn; t++) {
+                __m512 acc = _mm512_setzero_ps();
+                for (int64_t c = 0; c < dk; c += W) {
+                    const __mmask16 mc = la_tail(dk - c);
+                    const __m512 y = phi_v(h->phi, la_load(mc, h->q + (t0 + t) * h->q_ts + c));
+                    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(h->scale), y),
+                                          la_load(mc, h->z + c), acc);
+                }
+                inv[t] = 1.0f / (la_hsum(acc) + h->eps);
+            }
+        for (int64_t c0 = 0; c0 < dk; c0 += CS) {
+            const int64_t cn = min64(CS, dk - c0);
+            pack_block(h, h->q, h->q_ts, h->scale, t0, tn, c0, 1, blk);
+            for (int64_t r0 = 0; r0 < tn; r0 += MR)
+                for (int64_t d0 = 0; d0 < dv; d0 += NR) {
+                    const la_pass ps = {blk + r0, TB, h->s + c0 * dv + d0, dv, cn, 0};
+                    tile(min64(MR, tn - r0), min64(NR, dv - d0), &ps, 1,
+                         h->o + (t0 + r0) * h->o_ts + d0, h->o_ts,
+                         h->z && c0 + CS >= dk ? inv + r0 : NULL, c0 > 0);
+                }
+        }
+    }
+}
+
+const la_kernels LA_TABLE = {
+    .name = LA_TABLE_NAME,
+    .isa = LA_TABLE_ISA,
+    .default_chunk = default_chunk_avx512,
+    .pack_bytes = pack_bytes_avx512,
+    .chunk_pack = chunk_pack_avx512,
+    .chunk_output = chunk_output_avx512,
+    .chunk_state = chunk_state_avx512,
+    .state_combine = state_combine_avx512,
+    .forward_recurrent = forward_recurrent_avx512,
+    .forward_noncausal = forward_noncausal_avx512,
+    .step = step_avx512,
+};

@@ -1,0 +1,105 @@
+/* The few operations kernels_avx512.c needs beyond plain AVX-512F, and the
+ * table's name. The same kernel source is compiled twice:
+ *   native: -mavx512f/vl/bw/dq -mfma, exp from SLEEF;
+ *   LA_AVX512_SIMDE: -mavx2 -mfma through SIMDe, a test-only table that runs
+ *     the AVX-512 code paths on any AVX2 machine.
+ * SIMDe 0.7.4 lacks _mm512_maskz_loadu_ps, _mm512_mask_storeu_ps,
+ * _mm512_reduce_add_ps and _mm512_cvtss_f32 (SPEC section 6), and SLEEF's
+ * AVX-512 exp cannot run there, so those live behind the helpers below.
+ * Every mask given to la_load/la_store is a prefix mask (la_tail). */
+#ifndef LINATTN_SIMD512_H
+#define LINATTN_SIMD512_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* Vector helpers are always inlined: in the SIMDe build a 64-byte vector
+ * passed to or returned from a real call would change the ABI (-Wpsabi). */
+#define LA_INLINE static inline __attribute__((always_inline))
+
+#ifdef LA_AVX512_SIMDE
+
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+
+#define LA_TABLE la_kernels_avx512_simde
+#define LA_TABLE_NAME "avx512-simde"
+#define LA_TABLE_ISA LINATTN_ISA_AVX2
+
+LA_INLINE __m512 la_load(__mmask16 m, const float *p)
+{
+    if (m == 0xFFFF)
+        return _mm512_loadu_ps(p);
+    /* Prefix mask: copy only the lanes that exist, never past the end. */
+    float t[16] = {0};
+    if (m)
+        memcpy(t, p, (size_t)__builtin_popcount(m) * sizeof(float));
+    return _mm512_loadu_ps(t);
+}
+
+LA_INLINE void la_store(float *p, __mmask16 m, __m512 v)
+{
+    _mm512_mask_compressstoreu_ps(p, m, v); /* = masked store for a prefix mask */
+}
+
+LA_INLINE float la_hsum(__m512 v)
+{
+    float t[16];
+    _mm512_storeu_ps(t, v);
+    float s = 0.0f;
+    for (int i = 0; i < 16; i++)
+        s += t[i];
+    return s;
+}
+
+/* e^x for x <= 88 (larger x saturates at e^88: callers only pass x <= 0 or
+ * mask such lanes out). Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2,
+ * degree-7 Taylor polynomial (error < 1e-8 relative), 2^n through the
+ * exponent bits. Results below FLT_MIN flush to 0; NaN propagates. */
+LA_INLINE __m512 la_exp(__m512 x)
+{
+    const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.0f);
+    const __m512 magic = _mm512_set1_ps(12582912.0f); /* 1.5 * 2^23: round to integer */
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(hi, _mm512_max_ps(lo, x)); /* x second: NaN passes through */
+    const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f), magic);
+    const __m512 n = _mm512_sub_ps(t, magic);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(magic));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(127)), 23);
+    p = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+    return _mm512_mask_mov_ps(p, tiny, _mm512_setzero_ps());
+}
+
+#else
+
+#include <immintrin.h>
+#include <sleef.h>
+
+#define LA_TABLE la_kernels_avx512
+#define LA_TABLE_NAME "avx512"
+#define LA_TABLE_ISA LINATTN_ISA_AVX512
+
+LA_INLINE __m512 la_load(__mmask16 m, const float *p) { return _mm512_maskz_loadu_ps(m, p); }
+LA_INLINE void la_store(float *p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+LA_INLINE float la_hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+LA_INLINE __m512 la_exp(__m512 x) { return Sleef_expf16_u10avx512f(x); }
+
+#endif
+
+/* Lanes 0..n-1 (n may be <= 0 or >= 16). */
+LA_INLINE __mmask16 la_tail(int64_t n)
+{
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+#endif /* LINATTN_SIMD512_H */

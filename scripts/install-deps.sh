@@ -12,7 +12,7 @@ export DEBIAN_FRONTEND=noninteractive
 native="build-essential meson ninja-build pkg-config libsleef-dev libcpu-features-dev check
         libsimde-dev qemu-user python3-matplotlib"
 arm="gcc-aarch64-linux-gnu libc6-dev-arm64-cross libgomp1-arm64-cross
-     libsleef-dev:arm64 libcpu-features-dev:arm64 check:arm64 pkgconf:arm64"
+     libsleef-dev:arm64 check:arm64 pkgconf:arm64"
 if [ "$(dpkg --print-architecture)" = amd64 ]; then
     dpkg --add-architecture arm64
     apt-get update -qq

@@ -28,7 +28,7 @@ setup build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=fal
     -Dc_args=-fno-sanitize-recover=all
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    meson test -C build-asan -v --print-errorlogs --suite kernels --suite dispatch
+    meson test -C build-asan -v --print-errorlogs --suite kernels --suite dispatch --suite tools
 
 echo "== aarch64 under QEMU =="
 sh scripts/test-arm.sh

@@ -143,6 +143,10 @@ void problem_make(problem *p, const spec *sp)
                     : sp->gate == LINATTN_GATE_TOKEN ? (size_t)(B * H * T)
                                                      : (size_t)(B * H * T * dk);
         p->g = random_floats(p, ng, sp->g_lo, sp->g_hi);
+        if (sp->layout == LAYOUT_BTHD && sp->gate == LINATTN_GATE_TOKEN)
+            c->g = (linattn_strides){T * H, 1, H}; /* [B][T][H] */
+        else if (sp->layout == LAYOUT_BTHD && sp->gate == LINATTN_GATE_CHANNEL)
+            c->g = (linattn_strides){T * H * dk, dk, H * dk}; /* [B][T][H][dk] */
     }
     if (sp->with_state) {
         const size_t ns = (size_t)(B * H * dk * dv), nz = (size_t)(B * H * dk);

@@ -11,7 +11,7 @@
 
 typedef enum {
     LAYOUT_BHTD,       /* [B][H][T][D] everywhere (config_init's) */
-    LAYOUT_BTHD,       /* [B][T][H][D] for q, k, v, o */
+    LAYOUT_BTHD,       /* [B][T][H][D] for q, k, v, o, and g of TOKEN/CHANNEL gates */
     LAYOUT_PACKED_QKV, /* one buffer, rows [q heads | k heads | v heads] per token */
     LAYOUT_MQA         /* k, v [B][T][D] shared by every head (head stride 0) */
 } layout_kind;

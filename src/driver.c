@@ -169,84 +169,111 @@ static linattn_status run_sequence_parallel(const la_kernels *t, const linattn_c
     return LINATTN_OK;
 }
 
+/* One forward call, shared by the threads. */
+typedef struct {
+    const la_kernels *t;
+    const linattn_config *cfg;
+    const float *q, *k, *v, *g;
+    float *o, *s, *z;
+    int chunked;
+    int64_t chunk;
+    unsigned char *ws; /* per_thread bytes for each thread */
+    size_t per_thread, state_bytes;
+} forward_call;
+
+static void forward_head(const forward_call *c, int64_t i, int tid)
+{
+    const linattn_config *cfg = c->cfg;
+    const int64_t dk = cfg->dk, dv = cfg->dv;
+    unsigned char *mine = c->ws ? c->ws + c->per_thread * (size_t)tid : NULL;
+    la_head h = head_at(cfg, i / cfg->heads, i % cfg->heads, cfg->seq_len, c->q, c->k, c->v,
+                        c->g, c->o);
+    h.chunk = c->chunk;
+    if (c->s) {
+        h.s = c->s + i * dk * dv;
+        h.z = cfg->normalize ? c->z + i * dk : NULL;
+    } else {
+        memset(mine, 0, c->state_bytes);
+        h.s = (float *)mine;
+        h.z = cfg->normalize ? h.s + dk * dv : NULL;
+        mine += c->state_bytes;
+    }
+    if (!cfg->causal)
+        c->t->forward_noncausal(&h);
+    else if (c->chunked)
+        run_chunked(c->t, &h, mine);
+    else
+        c->t->forward_recurrent(&h);
+}
+
+static void step_head(const forward_call *c, int64_t i, int tid)
+{
+    const linattn_config *cfg = c->cfg;
+    (void)tid;
+    la_head h = head_at(cfg, i / cfg->heads, i % cfg->heads, 1, c->q, c->k, c->v, c->g, c->o);
+    h.chunk = 1;
+    h.s = c->s + i * cfg->dk * cfg->dv;
+    h.z = cfg->normalize ? c->z + i * cfg->dk : NULL;
+    c->t->step(&h);
+}
+
+/* Heads 0..heads-1 on nt threads, static schedule. A single thread does not
+ * enter OpenMP at all: a parallel region costs more than a small call. */
+static void for_each_head(const forward_call *c, int64_t heads, int nt,
+                          void (*fn)(const forward_call *, int64_t, int))
+{
+    if (nt <= 1) {
+        for (int64_t i = 0; i < heads; i++)
+            fn(c, i, 0);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t i = 0; i < heads; i++)
+        fn(c, i, omp_get_thread_num());
+#endif
+}
+
 linattn_status la_run_forward(const la_kernels *t, const linattn_config *cfg, const float *q,
                               const float *k, const float *v, const float *g, float *o,
                               float *s, float *z)
 {
     const int64_t heads = cfg->batch * cfg->heads, dk = cfg->dk, dv = cfg->dv;
-    const int normalize = cfg->normalize != 0;
-    const int chunked = cfg->causal && cfg->algo != LINATTN_ALGO_RECURRENT &&
-                        !(cfg->algo == LINATTN_ALGO_AUTO && cfg->seq_len == 1);
-    const int64_t chunk = la_chunk_for(t, cfg);
-    const size_t state_bytes = round_up((size_t)(dk * dv + dk) * sizeof(float));
+    forward_call c = {t, cfg, q, k, v, g, o, s, z, 0, la_chunk_for(t, cfg), NULL, 0, 0};
+    /* AUTO: a handful of tokens is cheapest token by token (no workspace). */
+    c.chunked = cfg->causal && (cfg->algo == LINATTN_ALGO_CHUNKED ||
+                                (cfg->algo == LINATTN_ALGO_AUTO && cfg->seq_len > LA_AUTO_RECURRENT_MAX_T));
+    c.state_bytes = round_up((size_t)(dk * dv + dk) * sizeof(float));
     const int wanted = threads_wanted(cfg);
-    if (chunked && heads < wanted && cfg->seq_len > chunk)
+    if (c.chunked && heads < wanted && cfg->seq_len > c.chunk)
         return run_sequence_parallel(t, cfg, wanted, q, k, v, g, o, s, z);
 
     /* Per-thread workspace: a zero state when the caller passed none, and
      * for the chunked path the chunk's own state (u, uz) and the pack. */
-    size_t per_thread = s ? 0 : state_bytes;
-    if (chunked) {
-        const size_t pack = t->pack_bytes(chunk, dk, dv);
+    c.per_thread = s ? 0 : c.state_bytes;
+    if (c.chunked) {
+        const size_t pack = t->pack_bytes(c.chunk, dk, dv);
         if (pack > SIZE_MAX / 4)
             return LINATTN_E_NOMEM;
-        per_thread += state_bytes + round_up(pack);
+        c.per_thread += c.state_bytes + round_up(pack);
     }
     const int nt = thread_count(cfg, heads);
-    unsigned char *ws = NULL;
-    if (per_thread) {
-        if (per_thread > SIZE_MAX / (size_t)nt)
+    if (c.per_thread) {
+        if (c.per_thread > SIZE_MAX / (size_t)nt)
             return LINATTN_E_NOMEM;
-        ws = aligned_alloc(ALIGN, per_thread * (size_t)nt);
-        if (ws == NULL)
+        c.ws = aligned_alloc(ALIGN, c.per_thread * (size_t)nt);
+        if (c.ws == NULL)
             return LINATTN_E_NOMEM;
     }
-
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-    for (int64_t i = 0; i < heads; i++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        unsigned char *mine = ws ? ws + per_thread * (size_t)tid : NULL;
-        la_head h = head_at(cfg, i / cfg->heads, i % cfg->heads, cfg->seq_len, q, k, v, g, o);
-        h.chunk = chunk;
-        if (s) {
-            h.s = s + i * dk * dv;
-            h.z = normalize ? z + i * dk : NULL;
-        } else {
-            memset(mine, 0, state_bytes);
-            h.s = (float *)mine;
-            h.z = normalize ? h.s + dk * dv : NULL;
-            mine += state_bytes;
-        }
-        if (!cfg->causal)
-            t->forward_noncausal(&h);
-        else if (chunked)
-            run_chunked(t, &h, mine);
-        else
-            t->forward_recurrent(&h);
-    }
-    free(ws);
+    for_each_head(&c, heads, nt, forward_head);
+    free(c.ws);
     return LINATTN_OK;
 }
 
 void la_run_step(const la_kernels *t, const linattn_config *cfg, const float *q,
                  const float *k, const float *v, const float *g, float *o, float *s, float *z)
 {
-    const int64_t heads = cfg->batch * cfg->heads, dk = cfg->dk, dv = cfg->dv;
-    const int nt = thread_count(cfg, heads);
-    (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-    for (int64_t i = 0; i < heads; i++) {
-        la_head h = head_at(cfg, i / cfg->heads, i % cfg->heads, 1, q, k, v, g, o);
-        h.chunk = 1;
-        h.s = s + i * dk * dv;
-        h.z = cfg->normalize ? z + i * dk : NULL;
-        t->step(&h);
-    }
+    const int64_t heads = cfg->batch * cfg->heads;
+    const forward_call c = {t, cfg, q, k, v, g, o, s, z, 0, 1, NULL, 0, 0};
+    for_each_head(&c, heads, thread_count(cfg, heads), step_head);
 }

@@ -17,7 +17,9 @@ int la_table_runnable(const la_kernels *t);
 /* Tests: make t the active table (must be runnable). */
 void la_force_table(const la_kernels *t);
 
-/* driver.c: run a validated call on table t. */
+/* driver.c: run a validated call on table t. ALGO_AUTO runs sequences of at
+ * most this many tokens token by token, longer ones in chunks. */
+#define LA_AUTO_RECURRENT_MAX_T 16
 linattn_status la_run_forward(const la_kernels *t, const linattn_config *cfg, const float *q,
                               const float *k, const float *v, const float *g, float *o,
                               float *s, float *z);

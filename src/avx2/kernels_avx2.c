@@ -1,20 +1,23 @@
 /* The AVX2 + FMA table (this file alone is compiled with -mavx2 -mfma).
  *
- * Prefill is matrix-shaped: every product goes through one 4x16 register
- * tile (8 ymm accumulators, 4 broadcasts + 2 loads per step), the shape of
- * the BLIS/XNNPACK AVX2 gemm micro-kernels, over operands chunk_pack laid
- * out once per chunk with phi, scale and the decays already applied:
+ * Prefill is matrix-shaped: the products go through one 6x16 register tile
+ * (12 ymm accumulators, 6 broadcasts + 2 loads per step: the BLIS Haswell
+ * shape), over operands chunk_pack lays out once per chunk with phi, scale
+ * and the decays already applied:
  *
- *   chunk_output, per 4 rows:  A = (Qh Kh^T) o D            (strip, on the stack)
- *                              O = Qd S + A V               (one tile, both products)
+ *   chunk_output, per 6 rows:  A = (Qh Kh^T) o D   lower-triangular tiles only
+ *                              O = Qd S + A V      one tile, both products
  *   chunk_state:               U = Kd^T V
  *
+ * CHANNEL scores are dot products along decay chains instead (see
+ * scores_channel). The noncausal kernel keeps the older 4x16 tile.
+ *
  * exp comes from SLEEF (Sleef_expf8_u10avx2) and is only ever taken of a
- * non-positive argument when it is a decay. Gate prefix sums are kept in
- * double and decay exponents formed as differences in double, so strong
- * decay (large |b|) does not cost the precision of the small differences.
- * Tails in dk and dv use masked loads/stores: nothing outside an array is
- * read or written. q/k/v/o rows may be unaligned.
+ * non-positive argument when it is a decay. TOKEN prefix sums are kept in
+ * double and decay exponents formed as differences in double; CHANNEL
+ * decays are running products of e^(g) <= 1. Either way strong decay stays
+ * finite and accurate. Tails in dk and dv use masked loads/stores: nothing
+ * outside an array is read or written. q/k/v/o rows may be unaligned.
  */
 #include <immintrin.h>
 #include <sleef.h>
@@ -25,9 +28,10 @@
 #define LA_INLINE static inline __attribute__((always_inline))
 
 enum {
-    MR = 4,   /* rows of the register tile */
+    MR4 = 4,  /* rows of the noncausal register tile */
+    MR = 6,   /* rows of the chunked register tile: 12 accumulators hide the
+                 4-cycle FMA latency on 2 pipes with slack (8 would be exact) */
     NR = 16,  /* columns of the register tile (two ymm) */
-    SUB = 16, /* CHANNEL sub-block (== NR: one column tile is one sub-block) */
     PR = 64,  /* chunk panel: rows, and columns of a score strip, on the stack */
     QB = 256, /* channels of a stack-buffered q block */
     TB = 64,  /* tokens of a stack-buffered k block (noncausal) */
@@ -119,12 +123,12 @@ static float dot_avx2(const float *x, const float *y, int64_t n)
     return hsum8(acc);
 }
 
-/* ---- the 4x16 micro-kernel -------------------------------------------- */
+/* ---- the 4x16 micro-kernel (noncausal, 4-row remainders) --------------- */
 
 /* acc[2r+h] += sum_{k<K} a[r][k*as] * b[k*bs + 8h + lane]. full: all 16
  * columns of b are in bounds, else m0/m1 mask its loads (a fully masked
  * load touches no memory). */
-LA_INLINE void mk_4x16(__m256 acc[8], int64_t K, const float *const a[MR], int64_t as,
+LA_INLINE void mk_4x16(__m256 acc[8], int64_t K, const float *const a[MR4], int64_t as,
                        const float *b, int64_t bs, int full, __m256i m0, __m256i m1)
 {
     /* Named locals, not acc[]: GCC otherwise keeps the array in memory and
@@ -154,16 +158,16 @@ LA_INLINE void mk_4x16(__m256 acc[8], int64_t K, const float *const a[MR], int64
     acc[4] = c20, acc[5] = c21, acc[6] = c30, acc[7] = c31;
 }
 
-LA_INLINE void tile_zero(__m256 acc[8])
+LA_INLINE void tile4_zero(__m256 acc[8])
 {
     for (int i = 0; i < 8; i++)
         acc[i] = _mm256_setzero_ps();
 }
 
-LA_INLINE void tile_load(__m256 acc[8], float *const row[MR], int64_t d0, int full, __m256i m0,
+LA_INLINE void tile4_load(__m256 acc[8], float *const row[MR4], int64_t d0, int full, __m256i m0,
                          __m256i m1)
 {
-    for (int r = 0; r < MR; r++) {
+    for (int r = 0; r < MR4; r++) {
         acc[2 * r] = full ? _mm256_loadu_ps(row[r] + d0) : _mm256_maskload_ps(row[r] + d0, m0);
         acc[2 * r + 1] =
             full ? _mm256_loadu_ps(row[r] + d0 + 8) : _mm256_maskload_ps(row[r] + d0 + 8, m1);
@@ -171,7 +175,7 @@ LA_INLINE void tile_load(__m256 acc[8], float *const row[MR], int64_t d0, int fu
 }
 
 /* Rows r < rows only: the others are clamped duplicates. */
-LA_INLINE void tile_store(float *const row[MR], int rows, int64_t d0, const __m256 acc[8], int full,
+LA_INLINE void tile4_store(float *const row[MR4], int rows, int64_t d0, const __m256 acc[8], int full,
                           __m256i m0, __m256i m1)
 {
     for (int r = 0; r < rows; r++) {
@@ -185,21 +189,123 @@ LA_INLINE void tile_store(float *const row[MR], int rows, int64_t d0, const __m2
     }
 }
 
+
+/* ---- the 6x16 micro-kernel (chunked) ------------------------------------ */
+
+/* acc[2r+h] += sum_{k<K} a[r][k*as] * b[k*bs + 8h + lane], r < 6: 12
+ * accumulators + 2 B vectors + 1 broadcast = 15 ymm, the BLIS Haswell shape.
+ * Per step 2 loads + 6 broadcasts feed 12 FMAs (6 cycles on 2 pipes). */
+LA_INLINE void mk_6x16(__m256 acc[12], int64_t K, const float *const a[MR], int64_t as,
+                       const float *b, int64_t bs, int full, __m256i m0, __m256i m1)
+{
+    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+    __m256 c00 = acc[0], c01 = acc[1], c10 = acc[2], c11 = acc[3];
+    __m256 c20 = acc[4], c21 = acc[5], c30 = acc[6], c31 = acc[7];
+    __m256 c40 = acc[8], c41 = acc[9], c50 = acc[10], c51 = acc[11];
+    for (int64_t k = 0; k < K; k++) {
+        const __m256 b0 = full ? _mm256_loadu_ps(b) : _mm256_maskload_ps(b, m0);
+        const __m256 b1 = full ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, m1);
+        __m256 x = _mm256_broadcast_ss(a0);
+        c00 = _mm256_fmadd_ps(x, b0, c00);
+        c01 = _mm256_fmadd_ps(x, b1, c01);
+        x = _mm256_broadcast_ss(a1);
+        c10 = _mm256_fmadd_ps(x, b0, c10);
+        c11 = _mm256_fmadd_ps(x, b1, c11);
+        x = _mm256_broadcast_ss(a2);
+        c20 = _mm256_fmadd_ps(x, b0, c20);
+        c21 = _mm256_fmadd_ps(x, b1, c21);
+        x = _mm256_broadcast_ss(a3);
+        c30 = _mm256_fmadd_ps(x, b0, c30);
+        c31 = _mm256_fmadd_ps(x, b1, c31);
+        x = _mm256_broadcast_ss(a4);
+        c40 = _mm256_fmadd_ps(x, b0, c40);
+        c41 = _mm256_fmadd_ps(x, b1, c41);
+        x = _mm256_broadcast_ss(a5);
+        c50 = _mm256_fmadd_ps(x, b0, c50);
+        c51 = _mm256_fmadd_ps(x, b1, c51);
+        a0 += as, a1 += as, a2 += as, a3 += as, a4 += as, a5 += as;
+        b += bs;
+    }
+    acc[0] = c00, acc[1] = c01, acc[2] = c10, acc[3] = c11;
+    acc[4] = c20, acc[5] = c21, acc[6] = c30, acc[7] = c31;
+    acc[8] = c40, acc[9] = c41, acc[10] = c50, acc[11] = c51;
+}
+
+/* The 6x8 half tile for the last 8 score columns of a strip: only 6
+ * accumulators (latency-bound), but half the work of a 6x16 tile there. */
+LA_INLINE void mk_6x8(__m256 acc[12], int64_t K, const float *const a[MR], const float *b,
+                      int64_t bs)
+{
+    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+    __m256 c0 = acc[0], c1 = acc[2], c2 = acc[4], c3 = acc[6], c4 = acc[8], c5 = acc[10];
+    for (int64_t k = 0; k < K; k++) {
+        const __m256 b0 = _mm256_loadu_ps(b);
+        c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a0 + k), b0, c0);
+        c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a1 + k), b0, c1);
+        c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a2 + k), b0, c2);
+        c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a3 + k), b0, c3);
+        c4 = _mm256_fmadd_ps(_mm256_broadcast_ss(a4 + k), b0, c4);
+        c5 = _mm256_fmadd_ps(_mm256_broadcast_ss(a5 + k), b0, c5);
+        b += bs;
+    }
+    acc[0] = c0, acc[2] = c1, acc[4] = c2, acc[6] = c3, acc[8] = c4, acc[10] = c5;
+}
+
+LA_INLINE void tile_zero(__m256 acc[2 * MR])
+{
+#pragma GCC unroll 12
+    for (int i = 0; i < 2 * MR; i++)
+        acc[i] = _mm256_setzero_ps();
+}
+
+LA_INLINE void tile_load(__m256 acc[2 * MR], float *const row[MR], int64_t d0, int full,
+                         __m256i m0, __m256i m1)
+{
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        acc[2 * r] = full ? _mm256_loadu_ps(row[r] + d0) : _mm256_maskload_ps(row[r] + d0, m0);
+        acc[2 * r + 1] =
+            full ? _mm256_loadu_ps(row[r] + d0 + 8) : _mm256_maskload_ps(row[r] + d0 + 8, m1);
+    }
+}
+
+/* Rows r < rows only: the others are clamped duplicates. Constant trip
+ * count and indices (a guard, not a bound of rows) so that acc[] of an
+ * inlined tile stays in registers instead of going through the stack. */
+LA_INLINE void tile_store(float *const row[MR], int rows, int64_t d0, const __m256 acc[2 * MR],
+                          int full, __m256i m0, __m256i m1)
+{
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        if (r >= rows)
+            break;
+        if (full) {
+            _mm256_storeu_ps(row[r] + d0, acc[2 * r]);
+            _mm256_storeu_ps(row[r] + d0 + 8, acc[2 * r + 1]);
+        } else {
+            _mm256_maskstore_ps(row[r] + d0, m0, acc[2 * r]);
+            _mm256_maskstore_ps(row[r] + d0 + 8, m1, acc[2 * r + 1]);
+        }
+    }
+}
+
 /* ---- pack layout ------------------------------------------------------ */
 
 /* For chunks of up to C rows (cp = C rounded up to NR), all 64-byte aligned:
- *   qh [C][dk]    scale * phi(q)
- *   qd [C][dk]    qh * e^(b_i)                    (TOKEN, CHANNEL) rows of Qd S
- *   qt [C][dk]    qh * e^(b_i - b_s), s = row before i's sub-block   (CHANNEL)
- *   kh [C][dk]    phi(k)                          (NONE: also Kd)
- *   kd [C][dk]    kh * e^(b_last - b_j)           (TOKEN, CHANNEL) for U = Kd^T V
- *   kt [dk][cp]   kh transposed, zero padded; CHANNEL: kh * e^(b_r - b_j),
- *                 r = last row of j's sub-block
- *   b  [cp][dk]   double prefix sums of g (TOKEN: [cp], padded with b_last)
- *   el [dk]       e^(b_last) per channel (NONE: 1) for state_combine */
+ *   qh  [C][dk]   scale * phi(q)
+ *   qd  [C][dk]   qh * e^(b_i)                   (TOKEN, CHANNEL) rows of Qd S
+ *   kh  [C][dk]   phi(k)                         (NONE: also Kd)
+ *   kd  [C][dk]   kh * e^(b_last - b_j)          (TOKEN, CHANNEL) for U = Kd^T V
+ *   kt  [dk][cp]  kh transposed, zero padded     (NONE, TOKEN) scores GEMM
+ *   b   [cp]      double prefix sums of g, padded with b_last     (TOKEN)
+ *   et  [2][cp]   e^(b_i), e^(b_last - b_i)                       (TOKEN)
+ *   eg  [C][dk]   e^(g_i) per channel                             (CHANNEL)
+ *   kg  [C][dk]   kh_j e^(b_r - b_j), r = last row of j's group of 4 (CHANNEL)
+ *   gq  [C/4][dk] e^(b_r - b_(r-4)): the decay across a group of 4   (CHANNEL)
+ *   el  [dk]      e^(b_last) per channel (NONE: 1) for state_combine */
 typedef struct {
     int64_t cp;
-    size_t qh, qd, qt, kh, kd, kt, b, el, bytes;
+    size_t qh, qd, kh, kd, kt, b, et, eg, kg, gq, el, bytes;
 } la_layout;
 
 static size_t up64(size_t x) { return (x + 63) & ~(size_t)63; }
@@ -208,16 +314,20 @@ static la_layout layout_of(int64_t chunk, int64_t dk)
 {
     la_layout L;
     const size_t rows = (size_t)chunk * (size_t)dk * sizeof(float);
+    const size_t vec = (size_t)dk * sizeof(float);
     size_t off = 0;
     L.cp = (chunk + NR - 1) / NR * NR;
     L.qh = off, off = up64(off + rows);
     L.qd = off, off = up64(off + rows);
-    L.qt = off, off = up64(off + rows);
     L.kh = off, off = up64(off + rows);
     L.kd = off, off = up64(off + rows);
     L.kt = off, off = up64(off + (size_t)L.cp * (size_t)dk * sizeof(float));
-    L.b = off, off = up64(off + (size_t)L.cp * (size_t)dk * sizeof(double));
-    L.el = off, off = up64(off + (size_t)dk * sizeof(float));
+    L.b = off, off = up64(off + (size_t)L.cp * sizeof(double));
+    L.et = off, off = up64(off + 2 * (size_t)L.cp * sizeof(float));
+    L.eg = off, off = up64(off + rows);
+    L.kg = off, off = up64(off + rows);
+    L.gq = off, off = up64(off + (size_t)(chunk + 3) / 4 * vec);
+    L.el = off, off = up64(off + vec);
     L.bytes = off;
     return L;
 }
@@ -241,104 +351,165 @@ static int64_t default_chunk_avx2(int64_t dk, int64_t dv, la_gate gate)
 {
     (void)dk;
     (void)dv;
-    /* Measured on Zen 4, dk = dv = 64..256: 32 beats 16 and 64 (the A V and
-     * scores work grows with the chunk, tile overheads shrink). CHANNEL pays
-     * pairwise exps on its diagonal sub-blocks, so one sub-block per chunk. */
-    return gate == LA_GATE_CHANNEL ? SUB : 32;
+    /* Measured on Zen 4, B=1 H=8 T=4096, dk = dv = 64 and 128, chunks 18..48:
+     * multiples of the 6-row tile, flat within ~2% over 24..30; NONE is best
+     * at 30, TOKEN (decay exps per score tile) and CHANNEL (dot-chain scores
+     * growing with the chunk) at 24; 48 loses 3-10%. */
+    return gate == LA_GATE_NONE ? 30 : 24;
 }
 
 /* ---- chunk_pack --------------------------------------------------------- */
 
-/* Column i of the transposed kt: 8 channels from c, w of them valid. */
-LA_INLINE void scatter_col(float *kt, int64_t cp, int64_t c, int64_t i, __m256 x, int64_t w)
+/* In-register 8x8 transpose: r[l] lane m becomes r[m] lane l. */
+LA_INLINE void transpose8(__m256 r[8])
 {
-    float t[8];
-    _mm256_storeu_ps(t, x);
-    for (int64_t l = 0; l < w && l < 8; l++)
-        kt[(c + l) * cp + i] = t[l];
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20), r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20), r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20), r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
+LA_INLINE void prefetch_row(const float *p, int64_t n)
+{
+    for (int64_t c = 0; c < n; c += 16)
+        _mm_prefetch((const char *)(p + c), _MM_HINT_T0);
+}
+
+/* Rows in groups of 8 so kt is written by 8x8 register transposes, not
+ * scalar scatters. CHANNEL decays are running products of e^(g) <= 1 (at
+ * most C roundings, no exp of a difference, nothing can overflow):
+ * e^(b_i) forward, e^(b_last - b_j) backward. */
 static void chunk_pack_avx2(const la_head *h, int64_t t0, int64_t n, void *pack)
 {
     const int64_t dk = h->dk, last = n - 1;
     const la_layout L = layout_of(h->chunk, dk);
     const int64_t cp = L.cp;
-    float *qh = pf(pack, L.qh), *qd = pf(pack, L.qd), *qt = pf(pack, L.qt);
-    float *kh = pf(pack, L.kh), *kd = pf(pack, L.kd), *kt = pf(pack, L.kt);
+    float *qh = pf(pack, L.qh), *qd = pf(pack, L.qd), *kh = pf(pack, L.kh);
+    float *kd = pf(pack, L.kd), *kt = pf(pack, L.kt), *et = pf(pack, L.et);
+    float *eg = pf(pack, L.eg), *kg = pf(pack, L.kg), *gq = pf(pack, L.gq);
     float *el = pf(pack, L.el);
     double *b = pd(pack, L.b);
-    const __m256 scale = _mm256_set1_ps(h->scale);
+    const __m256 scale = _mm256_set1_ps(h->scale), ones = _mm256_set1_ps(1.0f);
+    const int chan = h->gate == LA_GATE_CHANNEL, tok = h->gate == LA_GATE_TOKEN;
 
-    /* Prefix sums in double: b_i - b_j then has the precision of the g summed. */
-    if (h->gate == LA_GATE_TOKEN) {
+    for (int64_t c = 0; c < dk; c += 8)
+        store8(el + c, ones, dk - c);
+    if (tok) {
+        /* Prefix sums in double: b_i - b_j keeps the precision of the g summed. */
         double acc = 0.0;
         for (int64_t i = 0; i < n; i++)
             b[i] = acc += (double)h->g[(t0 + i) * h->g_ts];
         for (int64_t i = n; i < cp; i++)
             b[i] = acc; /* padding: masked lanes read finite values */
-    } else if (h->gate == LA_GATE_CHANNEL) {
-        for (int64_t i = 0; i < n; i++) {
-            const float *g = h->g + (t0 + i) * h->g_ts;
-            for (int64_t c = 0; c < dk; c++)
-                b[i * dk + c] = (i ? b[(i - 1) * dk + c] : 0.0) + (double)g[c];
+        const double blast[8] = {acc, acc, acc, acc, acc, acc, acc, acc};
+        static const double zero8[8] = {0};
+        for (int64_t i = 0; i < cp; i += 8) {
+            _mm256_store_ps(et + i, decay8(ddiff8(b + i, zero8, 8)));
+            _mm256_store_ps(et + cp + i, decay8(ddiff8(blast, b + i, 8)));
         }
     }
 
+    /* Row by row (q and k stream in order), then kt from the kh rows, which
+     * are still in L1. */
     for (int64_t i = 0; i < n; i++) {
         const float *q = h->q + (t0 + i) * h->q_ts, *k = h->k + (t0 + i) * h->k_ts;
-        __m256 eq = _mm256_set1_ps(1.0f), ek = eq;
-        if (h->gate == LA_GATE_TOKEN) {
-            eq = decay8(_mm256_set1_ps((float)b[i]));
-            ek = decay8(_mm256_set1_ps((float)(b[last] - b[i])));
+        /* q, k (and g) stream from memory: fetch the next chunk's rows a
+         * whole chunk ahead (chunk_state does v and o, spread over its tiles
+         * so that the misses in flight stay few). */
+        if (t0 + n + i < h->T) {
+            prefetch_row(h->q + (t0 + n + i) * h->q_ts, dk);
+            prefetch_row(h->k + (t0 + n + i) * h->k_ts, dk);
+            if (chan)
+                prefetch_row(h->g + (t0 + n + i) * h->g_ts, dk);
         }
-        /* CHANNEL references: s = row before i's sub-block, r = its last row. */
-        const int64_t s = i / SUB * SUB - 1;
-        const int64_t r = s + SUB < last ? s + SUB : last;
         for (int64_t c = 0; c < dk; c += 8) {
             const int64_t w = dk - c;
             const __m256 qv = _mm256_mul_ps(scale, phi8(h->phi, load8(q + c, w), w));
             const __m256 kv = phi8(h->phi, load8(k + c, w), w);
             store8(qh + i * dk + c, qv, w);
             store8(kh + i * dk + c, kv, w);
-            if (h->gate == LA_GATE_CHANNEL) {
-                const double *bi = b + i * dk + c;
-                static const double zero8[8] = {0};
-                const __m256 qdv = _mm256_mul_ps(qv, decay8(ddiff8(bi, zero8, w)));
-                store8(qd + i * dk + c, qdv, w);
-                store8(qt + i * dk + c,
-                       s < 0 ? qdv : _mm256_mul_ps(qv, decay8(ddiff8(bi, b + s * dk + c, w))), w);
-                store8(kd + i * dk + c, _mm256_mul_ps(kv, decay8(ddiff8(b + last * dk + c, bi, w))),
-                       w);
-                scatter_col(kt, cp, c, i, _mm256_mul_ps(kv, decay8(ddiff8(b + r * dk + c, bi, w))),
-                            w);
-            } else {
-                if (h->gate == LA_GATE_TOKEN) {
-                    store8(qd + i * dk + c, _mm256_mul_ps(qv, eq), w);
-                    store8(kd + i * dk + c, _mm256_mul_ps(kv, ek), w);
-                }
-                scatter_col(kt, cp, c, i, kv, w);
+            if (tok) {
+                store8(qd + i * dk + c, _mm256_mul_ps(qv, _mm256_set1_ps(et[i])), w);
+                store8(kd + i * dk + c, _mm256_mul_ps(kv, _mm256_set1_ps(et[cp + i])), w);
+            } else if (chan) {
+                store8(eg + i * dk + c, decay8(load8(h->g + (t0 + i) * h->g_ts + c, w)), w);
             }
         }
     }
-    for (int64_t c = 0; c < dk; c++)
-        for (int64_t i = n; i < cp; i++)
-            kt[c * cp + i] = 0.0f;
-
-    for (int64_t c = 0; c < dk; c += 8) {
-        __m256 e = _mm256_set1_ps(1.0f);
-        if (h->gate == LA_GATE_TOKEN)
-            e = decay8(_mm256_set1_ps((float)b[last]));
-        else if (h->gate == LA_GATE_CHANNEL) {
-            static const double zero8[8] = {0};
-            e = decay8(ddiff8(b + last * dk + c, zero8, dk - c));
+    if (!chan)
+        for (int64_t i0 = 0; i0 < n; i0 += 8) {
+            const int64_t ni = n - i0 < 8 ? n - i0 : 8;
+            for (int64_t c = 0; c < dk; c += 8) {
+                const int64_t w = dk - c;
+                __m256 kv[8];
+                for (int64_t l = 0; l < 8; l++) /* rows past n: zero columns of kt */
+                    kv[l] = l < ni ? load8(kh + (i0 + l) * dk + c, w) : _mm256_setzero_ps();
+                transpose8(kv);
+                for (int64_t m = 0; m < 8 && m < w; m++)
+                    _mm256_store_ps(kt + (c + m) * cp + i0, kv[m]);
+            }
         }
-        store8(el + c, e, dk - c);
+    if (!chan)
+        for (int64_t c = 0; c < dk; c++)
+            for (int64_t i = (n + 7) / 8 * 8; i < cp; i++)
+                kt[c * cp + i] = 0.0f;
+    if (chan) {
+        /* From L1, channels outer so the running products stay in registers,
+         * 4 vectors of channels at a time so that 4 product chains overlap
+         * (lanes >= dk are masked: no memory touched):
+         * qd_i = qh_i e^(b_i) forward, kd_j = kh_j e^(b_last - b_j) backward,
+         * and kg, gq restarting at the last row of every group of 4. */
+        for (int64_t c = 0; c < dk; c += 32) {
+            __m256 e[4], f[4];
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                e[u] = ones;
+            for (int64_t i = 0; i < n; i++) {
+#pragma GCC unroll 4
+                for (int u = 0; u < 4; u++) {
+                    const int64_t cc = c + 8 * u, w = dk - cc;
+                    e[u] = _mm256_mul_ps(e[u], load8(eg + i * dk + cc, w));
+                    store8(qd + i * dk + cc, _mm256_mul_ps(load8(qh + i * dk + cc, w), e[u]), w);
+                }
+            }
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                store8(el + c + 8 * u, e[u], dk - c - 8 * u);
+                e[u] = ones;
+                f[u] = ones;
+            }
+            for (int64_t j = last; j >= 0; j--) {
+#pragma GCC unroll 4
+                for (int u = 0; u < 4; u++) {
+                    const int64_t cc = c + 8 * u, w = dk - cc;
+                    const __m256 k = load8(kh + j * dk + cc, w), a = load8(eg + j * dk + cc, w);
+                    f[u] = j % 4 == 3 ? ones : f[u];
+                    store8(kd + j * dk + cc, _mm256_mul_ps(k, e[u]), w);
+                    store8(kg + j * dk + cc, _mm256_mul_ps(k, f[u]), w);
+                    e[u] = _mm256_mul_ps(e[u], a);
+                    f[u] = _mm256_mul_ps(f[u], a);
+                    if (j % 4 == 0)
+                        store8(gq + j / 4 * dk + cc, f[u], w);
+                }
+            }
+        }
+    } else if (tok) {
+        for (int64_t c = 0; c < dk; c += 8)
+            store8(el + c, _mm256_set1_ps(et[last]), dk - c);
     }
 }
 
 /* ---- chunk_output -------------------------------------------------------- */
 
-/* Scores of rows ri[0..3] against columns j0..j0+jb-1 (NONE, TOKEN):
+/* Scores of rows ri[0..MR-1] against columns j0..j0+jb-1 (NONE, TOKEN):
  * A = (Qh Kh^T) o D with D_ij = e^(b_i - b_j) for j <= i, else 0.
  * Writes A[r][0..round16(jb)), adds the row sums to den[r]. */
 static void scores_token(const la_head *h, const void *pack, const la_layout *L,
@@ -347,21 +518,29 @@ static void scores_token(const la_head *h, const void *pack, const la_layout *L,
     const int64_t dk = h->dk, cp = L->cp;
     const float *qh = pf(pack, L->qh), *kt = pf(pack, L->kt);
     const double *b = pd(pack, L->b);
-    const float *qrow[MR] = {qh + ri[0] * dk, qh + ri[1] * dk, qh + ri[2] * dk, qh + ri[3] * dk};
+    const float *qrow[MR];
+    __m256 rs[MR];
+    for (int r = 0; r < MR; r++) {
+        qrow[r] = qh + ri[r] * dk;
+        rs[r] = _mm256_setzero_ps();
+    }
     const __m256i none = _mm256_setzero_si256();
-    __m256 rs[MR] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
     for (int64_t jt = 0; jt < jb; jt += NR) {
         const int64_t j = j0 + jt;
-        __m256 acc[8];
+        __m256 acc[2 * MR];
         tile_zero(acc);
-        /* kt is zero padded to cp columns: full loads. */
-        mk_4x16(acc, dk, qrow, 1, kt + j, cp, 1, none, none);
+        /* kt is zero padded to cp columns: full loads. Columns >= jb of the
+         * last tile are never read, so up to 8 of them take the half tile. */
+        const int halves = jb - jt <= 8 ? 1 : 2;
+        if (halves == 1)
+            mk_6x8(acc, dk, qrow, kt + j, cp);
+        else
+            mk_6x16(acc, dk, qrow, 1, kt + j, cp, 1, none, none);
         for (int r = 0; r < MR; r++) {
-            for (int hh = 0; hh < 2; hh++) {
+            for (int hh = 0; hh < halves; hh++) {
                 const int64_t jj = j + 8 * hh;
                 __m256 x = acc[2 * r + hh];
-                if (h->gate == LA_GATE_TOKEN) {
+                if (h->gate == LA_GATE_TOKEN && jj <= ri[r]) { /* else all masked */
                     const __m256d bi = _mm256_set1_pd(b[ri[r]]);
                     const __m256 e = _mm256_set_m128(
                         _mm256_cvtpd_ps(_mm256_sub_pd(bi, _mm256_loadu_pd(b + jj + 4))),
@@ -379,104 +558,127 @@ static void scores_token(const la_head *h, const void *pack, const la_layout *L,
         den[r] += hsum8(rs[r]);
 }
 
-/* sum_c qi_c kj_c e^(bi_c - bj_c): the pairwise form, diagonal sub-blocks only. */
-static float pair_channel(const float *qi, const float *kj, const double *bi, const double *bj,
-                          int64_t dk)
+/* Four dot products at once: lane m of the result is the sum of a[m]. */
+LA_INLINE __m128 hsum4x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
 {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t c = 0; c < dk; c += 8) {
-        const int64_t w = dk - c;
-        const __m256 qk = _mm256_mul_ps(load8(qi + c, w), load8(kj + c, w));
-        acc = _mm256_fmadd_ps(qk, decay8(ddiff8(bi + c, bj + c, w)), acc);
-    }
-    return hsum8(acc);
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 }
 
-/* CHANNEL scores, sub-blocks of SUB rows. Rows ri lie in sub-block I. For a
- * column sub-block J < I the reference row r = last row of J splits
- *   A_ij = sum_c (qh_ic e^(b_ic - b_rc)) (kh_jc e^(b_rc - b_jc)),
- * both factors <= 1; the first is qt_i * e^(b_s - b_r) (s = row before I),
- * the second is kt. Diagonal sub-blocks use pairwise exps. */
+/* CHANNEL scores, dot-product form, every decay factor <= 1 and no exp.
+ * Row i keeps t = qh_i o D_ij for its current column j. Within i's own group
+ * of 4 columns t steps one column at a time (t o= e^(g_j)); below it, at a
+ * group's last column r, A_ij = t . kg_j for its 4 columns j (kg_j = kh_j o
+ * D_rj, packed), then one multiply by gq moves t to the next group: 4 FMAs +
+ * 1 multiply per 4 pairs and 8 channels, one horizontal reduction. Columns
+ * j > i are never touched. Channels go in blocks of QB through a stack copy
+ * of t. Strips start at multiples of PR, so groups never straddle one. */
 static void scores_channel(const la_head *h, const void *pack, const la_layout *L,
                            const int64_t ri[MR], int64_t j0, int64_t jb, float A[][PR], float *den)
 {
-    const int64_t dk = h->dk, cp = L->cp, I = ri[0] / SUB;
-    const float *qh = pf(pack, L->qh), *qt = pf(pack, L->qt);
-    const float *kh = pf(pack, L->kh), *kt = pf(pack, L->kt);
-    const double *b = pd(pack, L->b);
-    const __m256i none = _mm256_setzero_si256();
-    float qb[MR][QB] __attribute__((aligned(32)));
-    const float *qbrow[MR] = {qb[0], qb[1], qb[2], qb[3]};
-    for (int64_t jt = 0; jt < jb; jt += NR) {
-        const int64_t j = j0 + jt, J = j / SUB;
-        if (J < I) {
-            const double *bs = b + (I * SUB - 1) * dk, *br = b + (J * SUB + SUB - 1) * dk;
-            __m256 acc[8];
-            tile_zero(acc);
-            for (int64_t c0 = 0; c0 < dk; c0 += QB) {
-                const int64_t cw = dk - c0 < QB ? dk - c0 : QB;
+    const int64_t dk = h->dk;
+    const float *qh = pf(pack, L->qh), *kh = pf(pack, L->kh), *eg = pf(pack, L->eg);
+    const float *kg = pf(pack, L->kg), *gq = pf(pack, L->gq);
+    float tb[QB] __attribute__((aligned(32)));
+    for (int r = 0; r < MR; r++) {
+        const int64_t i = ri[r], jtop = i < j0 + jb - 1 ? i : j0 + jb - 1;
+        float *a = A[r];
+        for (int64_t j = j0; j <= jtop; j++)
+            a[j - j0] = 0.0f;
+        for (int64_t c0 = 0; c0 < dk; c0 += QB) {
+            const int64_t cw = dk - c0 < QB ? dk - c0 : QB;
+            /* t at column jtop: qh_i times e^(g_l), l = jtop+1..i */
+            for (int64_t c = 0; c < cw; c += 8)
+                _mm256_store_ps(tb + c, load8(qh + i * dk + c0 + c, cw - c));
+            for (int64_t l = i; l > jtop; l--)
+                for (int64_t c = 0; c < cw; c += 8)
+                    _mm256_store_ps(tb + c, _mm256_mul_ps(_mm256_load_ps(tb + c),
+                                                          load8(eg + l * dk + c0 + c, cw - c)));
+            int64_t j = jtop;
+            if (j % 4 != 3) {
+                /* i's own group: columns j down to the group's first, one step each */
+                const int64_t nc = j - j / 4 * 4 + 1;
+                const float *e0 = eg + j * dk + c0, *k0 = kh + j * dk + c0;
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
                 for (int64_t c = 0; c < cw; c += 8) {
                     const int64_t w = cw - c;
-                    const __m256 p = J == I - 1 ? _mm256_set1_ps(1.0f)
-                                                : decay8(ddiff8(bs + c0 + c, br + c0 + c, w));
-                    for (int r = 0; r < MR; r++)
-                        _mm256_store_ps(qb[r] + c,
-                                        _mm256_mul_ps(load8(qt + ri[r] * dk + c0 + c, w), p));
+                    __m256 x = _mm256_load_ps(tb + c);
+                    a0 = _mm256_fmadd_ps(x, load8(k0 + c, w), a0);
+                    x = _mm256_mul_ps(x, load8(e0 + c, w));
+                    if (nc > 1) {
+                        a1 = _mm256_fmadd_ps(x, load8(k0 - dk + c, w), a1);
+                        x = _mm256_mul_ps(x, load8(e0 - dk + c, w));
+                    }
+                    if (nc > 2) {
+                        a2 = _mm256_fmadd_ps(x, load8(k0 - 2 * dk + c, w), a2);
+                        x = _mm256_mul_ps(x, load8(e0 - 2 * dk + c, w));
+                    }
+                    _mm256_store_ps(tb + c, x);
                 }
-                mk_4x16(acc, cw, qbrow, 1, kt + c0 * cp + j, cp, 1, none, none);
+                float sum[4];
+                _mm_storeu_ps(sum, hsum4x8(a0, a1, a2, a3));
+                for (int64_t m = 0; m < nc; m++)
+                    a[j - m - j0] += sum[m];
+                j -= nc;
             }
-            for (int r = 0; r < MR; r++) {
-                _mm256_store_ps(A[r] + jt, acc[2 * r]);
-                _mm256_store_ps(A[r] + jt + 8, acc[2 * r + 1]);
-                den[r] += hsum8(_mm256_add_ps(acc[2 * r], acc[2 * r + 1]));
-            }
-        } else {
-            for (int r = 0; r < MR; r++) {
-                const int64_t i = ri[r];
-                for (int64_t l = 0; l < NR; l++) {
-                    const int64_t jj = j + l;
-                    const float a = jj <= i ? pair_channel(qh + i * dk, kh + jj * dk, b + i * dk,
-                                                           b + jj * dk, dk)
-                                            : 0.0f;
-                    A[r][jt + l] = a;
-                    den[r] += a;
+            for (; j >= j0; j -= 4) {
+                const float *k0 = kg + j * dk + c0, *q4 = gq + j / 4 * dk + c0;
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+                for (int64_t c = 0; c < cw; c += 8) {
+                    const int64_t w = cw - c;
+                    const __m256 x = _mm256_load_ps(tb + c);
+                    a0 = _mm256_fmadd_ps(x, load8(k0 + c, w), a0);
+                    a1 = _mm256_fmadd_ps(x, load8(k0 - dk + c, w), a1);
+                    a2 = _mm256_fmadd_ps(x, load8(k0 - 2 * dk + c, w), a2);
+                    a3 = _mm256_fmadd_ps(x, load8(k0 - 3 * dk + c, w), a3);
+                    _mm256_store_ps(tb + c, _mm256_mul_ps(x, load8(q4 + c, w)));
                 }
+                float sum[4];
+                _mm_storeu_ps(sum, hsum4x8(a0, a1, a2, a3));
+                for (int64_t m = 0; m < 4; m++)
+                    a[j - m - j0] += sum[m];
             }
         }
+        float d = 0.0f;
+        for (int64_t j = j0; j <= jtop; j++)
+            d += a[j - j0];
+        den[r] += d;
     }
 }
 
-/* One 4x16 tile of O: Qd S (first strip only) + A V, then 1/den on the
+/* One 6x16 tile of O: Qd S (first strip only) + A V, then 1/den on the
  * last strip (tri: the strip that holds the diagonal). */
 LA_INLINE void out_tile(const la_head *h, const float *s, int64_t t0, int64_t j0, int64_t jb,
                         int64_t d0, int rows, const float *const qrow[MR],
                         const float *const arow[MR], float *const orow[MR], const float *inv,
                         int tri, int full, __m256i m0, __m256i m1)
 {
-    __m256 acc[8];
+    __m256 acc[2 * MR];
     if (j0 == 0) {
         tile_zero(acc);
-        mk_4x16(acc, h->dk, qrow, 1, s + d0, h->dv, full, m0, m1);
+        mk_6x16(acc, h->dk, qrow, 1, s + d0, h->dv, full, m0, m1);
     } else {
         tile_load(acc, orow, d0, full, m0, m1); /* partial sum of earlier strips */
     }
-    /* The last strip ends with the rows' own MR x MR diagonal block: row r
-     * takes column i0+m only for m <= r. A masked-out score is 0, but 0 * v
-     * is NaN for a NaN in a later v row, so those FMAs are skipped (blended
-     * away), not multiplied by zero: nothing leaks backwards in time. */
+    /* The last strip ends with the rows' own diagonal block: row r takes
+     * column i0+m only for m <= r. A masked-out score is 0, but 0 * v is NaN
+     * for a NaN in a later v row, so those FMAs are skipped (a triangle of
+     * straight-line FMAs), not multiplied by zero: nothing leaks backwards. */
     const int64_t jfull = tri ? jb - rows : jb;
     const float *v = h->v + (t0 + j0) * h->v_ts + d0;
-    mk_4x16(acc, jfull, arow, 1, v, h->v_ts, full, m0, m1);
-    for (int m = 0; tri && m < rows; m++) {
+    mk_6x16(acc, jfull, arow, 1, v, h->v_ts, full, m0, m1);
+#pragma GCC unroll 6
+    for (int m = 0; m < MR; m++) {
+        if (!tri || m >= rows)
+            break;
         const float *vm = v + (jfull + m) * h->v_ts;
         const __m256 b0 = full ? _mm256_loadu_ps(vm) : _mm256_maskload_ps(vm, m0);
         const __m256 b1 = full ? _mm256_loadu_ps(vm + 8) : _mm256_maskload_ps(vm + 8, m1);
-        for (int r = 0; r < MR; r++) {
-            const __m256 keep = _mm256_castsi256_ps(_mm256_set1_epi32(-(r >= m)));
+#pragma GCC unroll 6
+        for (int r = m; r < MR; r++) {
             const __m256 x = _mm256_broadcast_ss(arow[r] + jfull + m);
-            acc[2 * r] = _mm256_blendv_ps(acc[2 * r], _mm256_fmadd_ps(x, b0, acc[2 * r]), keep);
-            acc[2 * r + 1] =
-                _mm256_blendv_ps(acc[2 * r + 1], _mm256_fmadd_ps(x, b1, acc[2 * r + 1]), keep);
+            acc[2 * r] = _mm256_fmadd_ps(x, b0, acc[2 * r]);
+            acc[2 * r + 1] = _mm256_fmadd_ps(x, b1, acc[2 * r + 1]);
         }
     }
     if (inv) {
@@ -563,9 +765,11 @@ static void chunk_state_avx2(const la_head *h, const void *pack, int64_t t0, int
     const float *v = h->v + t0 * h->v_ts;
     const __m256i all = _mm256_set1_epi32(-1);
 
-    /* U = Kd^T V: tile rows are channels, so the 4 broadcasts of a step are
+    /* U = Kd^T V: tile rows are channels, so the 6 broadcasts of a step are
      * adjacent floats of one kd row. Column tiles outer: the n x 16 panel of
      * V stays in L1 while kd streams. */
+    const int64_t tiles = (dv + NR - 1) / NR * ((dk + MR - 1) / MR), pn = h->T - t0 - n;
+    int64_t tile = 0, pr = 0;
     for (int64_t d0 = 0; d0 < dv; d0 += NR) {
         const int full = d0 + NR <= dv;
         const __m256i m0 = full ? all : lane_mask(dv - d0);
@@ -574,18 +778,28 @@ static void chunk_state_avx2(const la_head *h, const void *pack, int64_t t0, int
             const int rows = dk - c0 < MR ? (int)(dk - c0) : MR;
             const float *a[MR];
             float *urow[MR];
+            /* the next chunk's v and o rows, a few per tile */
+            for (tile++; pr < pn && pr < n && pr * tiles < tile * n; pr++) {
+                prefetch_row(h->v + (t0 + n + pr) * h->v_ts, dv);
+                prefetch_row(h->o + (t0 + n + pr) * h->o_ts, dv);
+            }
             for (int r = 0; r < MR; r++) {
                 const int64_t c = c0 + (r < rows ? r : rows - 1);
                 a[r] = kd + c;
                 urow[r] = u + c * dv;
             }
-            __m256 acc[8];
+            __m256 acc[2 * MR];
             tile_zero(acc);
-            if (full) {
-                mk_4x16(acc, n, a, dk, v + d0, h->v_ts, 1, all, all);
+            if (rows <= MR4) {
+                /* a remainder of <= 4 channels (dk = 64 = 10 x 6 + 4): the
+                 * 4x16 tile, not 6 rows of which 2 are duplicates */
+                mk_4x16(acc, n, a, dk, v + d0, h->v_ts, full, m0, m1);
+                tile4_store(urow, rows, d0, acc, full, m0, m1);
+            } else if (full) {
+                mk_6x16(acc, n, a, dk, v + d0, h->v_ts, 1, all, all);
                 tile_store(urow, rows, d0, acc, 1, all, all);
             } else {
-                mk_4x16(acc, n, a, dk, v + d0, h->v_ts, 0, m0, m1);
+                mk_6x16(acc, n, a, dk, v + d0, h->v_ts, 0, m0, m1);
                 tile_store(urow, rows, d0, acc, 0, m0, m1);
             }
         }
@@ -725,11 +939,11 @@ static void forward_noncausal_avx2(const la_head *h)
                 _mm256_store_ps(kb[j], kv);
                 zacc = _mm256_add_ps(zacc, kv);
             }
-            for (int64_t half = 0; half < cw; half += MR) {
-                const int rows = cw - half < MR ? (int)(cw - half) : MR;
-                const float *a[MR];
-                float *srow[MR];
-                for (int r = 0; r < MR; r++) {
+            for (int64_t half = 0; half < cw; half += MR4) {
+                const int rows = cw - half < MR4 ? (int)(cw - half) : MR4;
+                const float *a[MR4];
+                float *srow[MR4];
+                for (int r = 0; r < MR4; r++) {
                     const int64_t c = half + (r < rows ? r : rows - 1);
                     a[r] = &kb[0][c];
                     srow[r] = s + (c0 + c) * dv;
@@ -738,15 +952,15 @@ static void forward_noncausal_avx2(const la_head *h)
                 __m256 acc[8];
                 int64_t d0 = 0;
                 for (; d0 + NR <= dv; d0 += NR) {
-                    tile_load(acc, srow, d0, 1, all, all);
+                    tile4_load(acc, srow, d0, 1, all, all);
                     mk_4x16(acc, tb, a, 8, v + d0, h->v_ts, 1, all, all);
-                    tile_store(srow, rows, d0, acc, 1, all, all);
+                    tile4_store(srow, rows, d0, acc, 1, all, all);
                 }
                 if (d0 < dv) {
                     const __m256i m0 = lane_mask(dv - d0), m1 = lane_mask(dv - d0 - 8);
-                    tile_load(acc, srow, d0, 0, m0, m1);
+                    tile4_load(acc, srow, d0, 0, m0, m1);
                     mk_4x16(acc, tb, a, 8, v + d0, h->v_ts, 0, m0, m1);
-                    tile_store(srow, rows, d0, acc, 0, m0, m1);
+                    tile4_store(srow, rows, d0, acc, 0, m0, m1);
                 }
             }
         }
@@ -756,21 +970,21 @@ static void forward_noncausal_avx2(const la_head *h)
 
     /* O = Qh S / (Qh z + eps), 4 query rows at a time, phi(q) buffered per
      * QB channels (one block for dk <= QB, so o stays in registers). */
-    float qb[MR][QB] __attribute__((aligned(32)));
-    const float *qrow[MR] = {qb[0], qb[1], qb[2], qb[3]};
+    float qb[MR4][QB] __attribute__((aligned(32)));
+    const float *qrow[MR4] = {qb[0], qb[1], qb[2], qb[3]};
     const __m256 scale = _mm256_set1_ps(h->scale);
-    for (int64_t t0 = 0; t0 < T; t0 += MR) {
-        const int rows = T - t0 < MR ? (int)(T - t0) : MR;
-        float *orow[MR];
-        __m256 den[MR];
-        float inv[MR];
-        for (int r = 0; r < MR; r++) {
+    for (int64_t t0 = 0; t0 < T; t0 += MR4) {
+        const int rows = T - t0 < MR4 ? (int)(T - t0) : MR4;
+        float *orow[MR4];
+        __m256 den[MR4];
+        float inv[MR4];
+        for (int r = 0; r < MR4; r++) {
             orow[r] = h->o + (t0 + (r < rows ? r : rows - 1)) * h->o_ts;
             den[r] = _mm256_setzero_ps();
         }
         for (int64_t c0 = 0; c0 < dk; c0 += QB) {
             const int64_t cw = dk - c0 < QB ? dk - c0 : QB;
-            for (int r = 0; r < MR; r++) {
+            for (int r = 0; r < MR4; r++) {
                 const float *q = h->q + (t0 + (r < rows ? r : rows - 1)) * h->q_ts + c0;
                 for (int64_t c = 0; c < cw; c += 8) {
                     const __m256 qv =
@@ -783,7 +997,7 @@ static void forward_noncausal_avx2(const la_head *h)
             const int lastb = c0 + cw == dk;
             const float *scl = NULL;
             if (lastb && z) {
-                for (int r = 0; r < MR; r++)
+                for (int r = 0; r < MR4; r++)
                     inv[r] = 1.0f / (hsum8(den[r]) + h->eps);
                 scl = inv;
             }
@@ -793,19 +1007,19 @@ static void forward_noncausal_avx2(const la_head *h)
                 const __m256i m0 = full ? all : lane_mask(dv - d0);
                 const __m256i m1 = full ? all : lane_mask(dv - d0 - 8);
                 if (c0 == 0)
-                    tile_zero(acc);
+                    tile4_zero(acc);
                 else
-                    tile_load(acc, orow, d0, full, m0, m1);
+                    tile4_load(acc, orow, d0, full, m0, m1);
                 if (full)
                     mk_4x16(acc, cw, qrow, 1, s + c0 * dv + d0, dv, 1, all, all);
                 else
                     mk_4x16(acc, cw, qrow, 1, s + c0 * dv + d0, dv, 0, m0, m1);
                 if (scl)
-                    for (int r = 0; r < MR; r++) {
+                    for (int r = 0; r < MR4; r++) {
                         acc[2 * r] = _mm256_mul_ps(acc[2 * r], _mm256_set1_ps(scl[r]));
                         acc[2 * r + 1] = _mm256_mul_ps(acc[2 * r + 1], _mm256_set1_ps(scl[r]));
                     }
-                tile_store(orow, rows, d0, acc, full, m0, m1);
+                tile4_store(orow, rows, d0, acc, full, m0, m1);
             }
         }
     }

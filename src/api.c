@@ -1,6 +1,7 @@
 /* Public entry points: every argument check lives here, before anything is
  * written, so a bad call returns its status and leaves all buffers as they
  * were. Address ranges are computed from the strides with overflow checks. */
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -190,19 +191,23 @@ static layout gate_layout(const linattn_config *cfg, int64_t T)
     }
 }
 
+/* 1 when every gate value the call reads is finite and <= 0. The inner loop
+ * is branch-free so it vectorises: this is a full pass over g. */
 static int gate_values_ok(const linattn_config *cfg, const float *g, int64_t T)
 {
     const layout l = gate_layout(cfg, T);
     const int64_t inner = cfg->gate == LINATTN_GATE_CHANNEL ? cfg->dk : 1;
     const int64_t nt = cfg->gate == LINATTN_GATE_HEAD ? 1 : T;
+    const int64_t token_stride = cfg->gate == LINATTN_GATE_HEAD ? 0 : l.stride[2];
     for (int64_t b = 0; b < cfg->batch; b++)
         for (int64_t h = 0; h < cfg->heads; h++)
             for (int64_t t = 0; t < nt; t++) {
-                const float *row = g + b * l.stride[0] + h * l.stride[1] +
-                                   (cfg->gate == LINATTN_GATE_HEAD ? 0 : t * l.stride[2]);
-                for (int64_t c = 0; c < inner; c++)
-                    if (!(row[c] <= 0.0f) || isinf(row[c])) /* NaN, > 0, -inf */
-                        return 0;
+                const float *row = g + b * l.stride[0] + h * l.stride[1] + t * token_stride;
+                int bad = 0;
+                for (int64_t c = 0; c < inner; c++) /* NaN, > 0 and -inf */
+                    bad |= !(row[c] <= 0.0f) | (row[c] < -FLT_MAX);
+                if (bad)
+                    return 0;
             }
     return 1;
 }

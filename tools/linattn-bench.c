@@ -18,7 +18,8 @@
  * Peak: a register-blocked FMA loop of the benchmarked ISA on one core
  * (12 independent accumulators, 2 flops per lane per FMA); scalar is the
  * scalar FMA peak (fmaf; a multiply and an add on x86_64 CPUs without FMA).
- * With --threads N, peak_gflops is that times min(N, B*H).
+ * With --threads N, peak_gflops is that times the threads used: N for the
+ * chunked forward (heads or chunks run in parallel), min(N, B*H) otherwise.
  *
  * Bound (step): a read-modify-write pass s = s*a + b over a buffer the size
  * of the step's whole state (B*H*(dk*dv + dk) floats), one core, counting
@@ -218,8 +219,12 @@ static double flops_per_token(shape s, linattn_gate gate)
     return 4 * dk * dv + 4 * dk /* normalize = 1 */ + (gate != LINATTN_GATE_NONE ? dk * dv : 0);
 }
 
-static int threads_used(const options *op, shape s)
+/* The chunked forward spreads the chunks of a head over threads when there
+ * are fewer heads than threads; the other kernels parallelise over heads. */
+static int threads_used(const options *op, shape s, const char *kernel)
 {
+    if (strcmp(kernel, "forward_chunked") == 0)
+        return op->threads;
     return s.B * s.H < op->threads ? (int)(s.B * s.H) : op->threads;
 }
 
@@ -300,7 +305,7 @@ static void print_result(const options *op, const result *r)
 static result new_result(const options *op, const char *kernel, const char *isa,
                          linattn_gate gate, shape sh)
 {
-    result r = {kernel, isa, gate, sh, threads_used(op, sh), 0, NAN, NAN, NAN, NAN, NAN,
+    result r = {kernel, isa, gate, sh, threads_used(op, sh, kernel), 0, NAN, NAN, NAN, NAN, NAN,
                 NAN, NAN, NAN, NAN, NAN, NAN, NAN};
     return r;
 }

@@ -19,6 +19,7 @@ enum {
     AJ = 256, /* columns of A kept at once (longer chunks run in slabs) */
     CS = 64,  /* channels per packed block of forward_noncausal */
     TB = 64,  /* tokens per packed block of forward_noncausal */
+    SG = 256, /* channels whose features one token computes at once */
 };
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -108,26 +109,31 @@ LA_INLINE void tile(int64_t m, int64_t nc, const la_pass *ps, int np, float *c, 
  * to 16, padding zero; "panel" = 16-row blocks stored [block][c][16 rows], the
  * BLIS packing that makes one step's broadcasts contiguous. After a 64-byte
  * header:
- *   qh, kh [C][ldk]   scale phi(q), phi(k)
- *   b   [C][ldk]      per-channel prefix sums of g (CHANNEL), double
+ *   qh, kh [C][ldk]   scale phi(q), phi(k) (CHANNEL only)
  *   ga  [C][ldk]      e^(g_i) per channel (CHANNEL)
  *   kd  [C][ldk]      kh_j e^(b_last - b_j): chunk_state's left operand
- *   qs  panel [ldk]   qh_i e^(b_i): left operand of Qs S
+ *   qs  panel [ldk]   qh_i e^(b_i): left operand of Qs S (NONE: qt is used)
  *   kp  panel [ldk]   left operand of A^T: kh, or for CHANNEL kh_j e^(b_e - b_j),
  *                     e = the last row of j's block
- *   qt  [ldk][ldc]    right operand of A^T: qh^T, or for CHANNEL
- *                     (qh_i e^(b_i - b_r))^T, r = the row before i's block
+ *   qt  panel [ldk]   right operand of A^T: qh, or for CHANNEL
+ *                     qh_i e^(b_i - b_r), r = the row before i's block
  *   bt  [ldc]         prefix sums of the TOKEN gate, double
- * All factors are e^x with x <= 0. Prefix sums are double and differenced
- * before rounding to float: in float, |b| ~ 1e3 (long chunks, strong decay)
- * would leave b_i - b_j of nearby rows only ~1e-4 accurate. */
+ *   gb  [ldc/16][ldk] e^(b_e - b_r) of each 16-row block, r the row before
+ *                     it, e its last row (CHANNEL)
+ *   pl  [ldk]         e^(b_last) (CHANNEL)
+ *   qr  [ldk]         running product of pack's backward pass (CHANNEL)
+ * All factors are <= 1. TOKEN: e^x of prefix sums kept in double and
+ * differenced before rounding (in float, |b| ~ 1e3 would leave b_i - b_j
+ * only ~1e-4 accurate). CHANNEL: products of the e^(g_l) over the rows
+ * between (one exp per gate value instead of one per factor; at most C
+ * roundings, ~C * 6e-8 relative, and products underflow to 0 gracefully). */
 typedef struct {
     int64_t rows, ldk, ldc;
 } pack_header;
 
 typedef struct {
-    float *qh, *kh, *ga, *kd, *qs, *kp, *qt;
-    double *b, *bt;
+    float *qh, *kh, *ga, *kd, *qs, *kp, *qt, *gb, *pl, *qr;
+    double *bt;
     int64_t ldk, ldc;
 } pack_view;
 
@@ -140,13 +146,15 @@ static pack_view view_of(const void *pack)
                    .kh = f + rows,
                    .ga = f + 2 * rows,
                    .kd = f + 3 * rows,
-                   .b = (double *)(f + 4 * rows),
                    .ldk = hd->ldk,
                    .ldc = hd->ldc};
-    p.qs = f + 6 * rows;
+    p.qs = f + 4 * rows;
     p.kp = p.qs + panel;
     p.qt = p.kp + panel;
     p.bt = (double *)(p.qt + panel);
+    p.gb = (float *)(p.bt + hd->ldc);
+    p.pl = p.gb + hd->ldc / BLK * hd->ldk;
+    p.qr = p.pl + hd->ldk;
     return p;
 }
 
@@ -154,7 +162,8 @@ static size_t pack_bytes_avx512(int64_t chunk, int64_t dk, int64_t dv)
 {
     (void)dv;
     const size_t ldk = (size_t)up16(dk), ldc = (size_t)up16(chunk);
-    return 64 + (6 * (size_t)chunk * ldk + 3 * ldc * ldk + 2 * ldc) * sizeof(float);
+    return 64 + (4 * (size_t)chunk * ldk + 3 * ldc * ldk + 2 * ldc + (ldc / BLK + 2) * ldk) *
+                    sizeof(float);
 }
 
 static int64_t default_chunk_avx512(int64_t dk, int64_t dv, la_gate gate)
@@ -162,8 +171,9 @@ static int64_t default_chunk_avx512(int64_t dk, int64_t dv, la_gate gate)
     (void)gate;
     /* Measured on Zen 4 (B=1, H=8, T=4096, every gate): per token the
      * intra-chunk work grows with the chunk and the pack/state overhead
-     * shrinks; 32 is best for d = 64..128, 16 for d <= 32 (by ~8%). */
-    return dk <= 32 && dv <= 32 ? 16 : 32;
+     * shrinks; 16 is best for d <= 64 (by ~4%, CHANNEL too), 32 for d = 128
+     * (16 is ~2% slower there, 48 and 64 ~5-10%). */
+    return dk <= 64 && dv <= 64 ? 16 : 32;
 }
 
 /* Lane indices of the butterfly stage exchanging blocks of s = 8, 4, 2, 1
@@ -224,6 +234,63 @@ LA_INLINE __m512 dsub16(const double *x, const double *y, int64_t ystep)
     return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
 }
 
+/* NONE and TOKEN in one pass over q and k, 16 rows x 16 channels at a time:
+ * the features are transposed in registers straight into the qt and kp
+ * panels; qs = qt times e^(b_i) per lane (TOKEN), kd = kh times
+ * e^(b_last - b_j) per row (NONE: kd = kh). No row-major qh, kh. */
+static void chunk_pack_token(const la_head *h, int64_t t0, int64_t n, const pack_view *p)
+{
+    const int64_t dk = h->dk, ldk = p->ldk;
+    const int tok = h->gate == LA_GATE_TOKEN;
+    const __m512 scale = _mm512_set1_ps(h->scale), zero = _mm512_setzero_ps();
+    if (tok) {
+        double acc = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            p->bt[i] = acc += h->g[(t0 + i) * h->g_ts];
+        for (int64_t i = n; i < p->ldc; i++)
+            p->bt[i] = 0.0; /* read by the last 16-wide tile of A */
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += BLK) {
+        const int64_t m = min64(BLK, n - i0);
+        const __mmask16 mr = la_tail(m);
+        __m512 fs = zero;
+        _Alignas(64) float fd[BLK];
+        if (tok) { /* e^(b_i), e^(b_last - b_i) <= 1 */
+            const double zd = 0.0;
+            fs = _mm512_maskz_mov_ps(mr, la_exp(dsub16(p->bt + i0, &zd, 0)));
+            _mm512_store_ps(fd, la_exp(_mm512_sub_ps(zero, dsub16(p->bt + i0, p->bt + n - 1, 0))));
+        }
+        for (int64_t c = 0; c < ldk; c += W) {
+            const __mmask16 mc = la_tail(dk - c);
+            __m512 x[BLK];
+            for (int64_t j = 0; j < BLK; j++) {
+                const float *q = h->q + (t0 + i0 + j) * h->q_ts + c;
+                x[j] = j < m ? _mm512_maskz_mov_ps(
+                                   mc, _mm512_mul_ps(scale, phi_v(h->phi, la_load(mc, q))))
+                             : zero;
+            }
+            transpose16(x);
+            for (int l = 0; l < W; l++) {
+                _mm512_store_ps(p->qt + i0 * ldk + (c + l) * BLK, x[l]);
+                if (tok)
+                    _mm512_store_ps(p->qs + i0 * ldk + (c + l) * BLK, _mm512_mul_ps(x[l], fs));
+            }
+            for (int64_t j = 0; j < BLK; j++) {
+                x[j] = zero;
+                if (j < m) {
+                    x[j] = _mm512_maskz_mov_ps(
+                        mc, phi_v(h->phi, la_load(mc, h->k + (t0 + i0 + j) * h->k_ts + c)));
+                    _mm512_store_ps(p->kd + (i0 + j) * ldk + c,
+                                    tok ? _mm512_mul_ps(x[j], _mm512_set1_ps(fd[j])) : x[j]);
+                }
+            }
+            transpose16(x);
+            for (int l = 0; l < W; l++)
+                _mm512_store_ps(p->kp + i0 * ldk + (c + l) * BLK, x[l]);
+        }
+    }
+}
+
 static void chunk_pack_avx512(const la_head *h, int64_t t0, int64_t n, void *pack)
 {
     const int64_t dk = h->dk, ldk = up16(dk);
@@ -233,88 +300,81 @@ static void chunk_pack_avx512(const la_head *h, int64_t t0, int64_t n, void *pac
     hd->ldc = up16(h->chunk);
     const pack_view p = view_of(pack);
     const __m512 scale = _mm512_set1_ps(h->scale);
+    if (h->gate != LA_GATE_CHANNEL) {
+        chunk_pack_token(h, t0, n, &p);
+        return;
+    }
 
-    /* Pass 1: features and prefix sums; the factors below need b_last. */
-    for (int64_t i = 0; i < n; i++) {
-        const float *q = h->q + (t0 + i) * h->q_ts, *k = h->k + (t0 + i) * h->k_ts;
+    /* Pass 1, forward, 16 rows x 16 channels at a time: features, e^(g), and
+     * the running products from the chunk start (P = e^(b_i), carried across
+     * blocks in pl) and from the block start (R = e^(b_i - b_r), the block's
+     * total into gb); qs = qh P and qt = qh R are transposed in registers
+     * into their panels. Rows past n are zero. */
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    for (int64_t i0 = 0; i0 < n; i0 += BLK) {
+        const int64_t m = min64(BLK, n - i0);
         for (int64_t c = 0; c < ldk; c += W) {
             const __mmask16 mc = la_tail(dk - c);
-            const __m512 qv = _mm512_mul_ps(scale, phi_v(h->phi, la_load(mc, q + c)));
-            _mm512_store_ps(p.qh + i * ldk + c, _mm512_maskz_mov_ps(mc, qv));
-            _mm512_store_ps(p.kh + i * ldk + c,
-                            _mm512_maskz_mov_ps(mc, phi_v(h->phi, la_load(mc, k + c))));
-            if (h->gate == LA_GATE_CHANNEL) {
-                const __m512 g = la_load(mc, h->g + (t0 + i) * h->g_ts + c);
-                _Alignas(64) float gf[W];
-                _mm512_store_ps(gf, g);
-                for (int l = 0; l < W; l += 4) {
-                    const __m256d prev =
-                        i ? _mm256_load_pd(p.b + (i - 1) * ldk + c + l) : _mm256_setzero_pd();
-                    _mm256_store_pd(p.b + i * ldk + c + l,
-                                    _mm256_add_pd(prev, _mm256_cvtps_pd(_mm_load_ps(gf + l))));
-                }
-                _mm512_store_ps(p.ga + i * ldk + c, la_exp(g));
-            }
-        }
-        if (h->gate == LA_GATE_TOKEN)
-            p.bt[i] = (i ? p.bt[i - 1] : 0.0) + h->g[(t0 + i) * h->g_ts];
-    }
-    for (int64_t i = n; i < p.ldc; i++)
-        p.bt[i] = 0.0; /* read by the last 16-wide tile of A */
-
-    /* Pass 2: the decayed operands, 16 rows x 16 channels at a time; rows
-     * are transposed in registers into the panels and qt. Rows past n are
-     * zero, which is the panels' padding. */
-    const double zd = 0.0;
-    const __m512 zero = _mm512_setzero_ps();
-    const int chan = h->gate == LA_GATE_CHANNEL;
-    for (int64_t i0 = 0; i0 < n; i0 += BLK) {
-        const int64_t m = min64(BLK, n - i0), r = i0 - 1, e = i0 + m - 1;
-        float fs[BLK], fd[BLK]; /* TOKEN: e^(b_i), e^(b_last - b_i) */
-        for (int64_t j = 0; j < m; j++) {
-            const int tok = h->gate == LA_GATE_TOKEN;
-            fs[j] = tok ? expf((float)p.bt[i0 + j]) : 1.0f;
-            fd[j] = tok ? expf((float)(p.bt[n - 1] - p.bt[i0 + j])) : 1.0f;
-        }
-        for (int64_t c = 0; c < ldk; c += W) {
             __m512 x[BLK];
-            /* qs: qh_i e^(b_i) */
+            __m512 pv = i0 ? _mm512_load_ps(p.pl + c) : one;
             for (int64_t j = 0; j < BLK; j++) {
-                const int64_t i = i0 + j;
-                const __m512 q = j < m ? _mm512_load_ps(p.qh + i * ldk + c) : zero;
-                x[j] = _mm512_mul_ps(q, chan && j < m ? la_exp(dsub16(p.b + i * ldk + c, &zd, 0))
-                                                      : _mm512_set1_ps(j < m ? fs[j] : 0.0f));
+                x[j] = zero;
+                if (j < m) {
+                    const int64_t i = i0 + j;
+                    const float *q = h->q + (t0 + i) * h->q_ts + c;
+                    const float *k = h->k + (t0 + i) * h->k_ts + c;
+                    const __m512 qv = _mm512_maskz_mov_ps(
+                        mc, _mm512_mul_ps(scale, phi_v(h->phi, la_load(mc, q))));
+                    _mm512_store_ps(p.qh + i * ldk + c, qv);
+                    _mm512_store_ps(p.kh + i * ldk + c,
+                                    _mm512_maskz_mov_ps(mc, phi_v(h->phi, la_load(mc, k))));
+                    const __m512 ga = la_exp(la_load(mc, h->g + (t0 + i) * h->g_ts + c));
+                    _mm512_store_ps(p.ga + i * ldk + c, ga);
+                    pv = _mm512_mul_ps(pv, ga);
+                    x[j] = _mm512_mul_ps(qv, pv);
+                }
             }
+            _mm512_store_ps(p.pl + c, pv);
             transpose16(x);
             for (int l = 0; l < W; l++)
                 _mm512_store_ps(p.qs + i0 * ldk + (c + l) * BLK, x[l]);
-            /* qt: qh_i e^(b_i - b_r) */
+            __m512 rv = one;
             for (int64_t j = 0; j < BLK; j++) {
-                const int64_t i = i0 + j;
-                x[j] = j < m ? _mm512_load_ps(p.qh + i * ldk + c) : zero;
-                if (chan && j < m)
-                    x[j] = _mm512_mul_ps(
-                        x[j], la_exp(r >= 0 ? dsub16(p.b + i * ldk + c, p.b + r * ldk + c, 1)
-                                            : dsub16(p.b + i * ldk + c, &zd, 0)));
-            }
-            transpose16(x);
-            for (int l = 0; l < W; l++)
-                _mm512_store_ps(p.qt + (c + l) * p.ldc + i0, x[l]);
-            /* kp: kh_j e^(b_e - b_j); kd: kh_j e^(b_last - b_j), row-major */
-            for (int64_t j = 0; j < BLK; j++) {
-                const int64_t i = i0 + j;
-                const __m512 k = j < m ? _mm512_load_ps(p.kh + i * ldk + c) : zero;
-                x[j] = k;
-                if (j < m && chan) {
-                    x[j] =
-                        _mm512_mul_ps(k, la_exp(dsub16(p.b + e * ldk + c, p.b + i * ldk + c, 1)));
-                    _mm512_store_ps(p.kd + i * ldk + c,
-                                    _mm512_mul_ps(k, la_exp(dsub16(p.b + (n - 1) * ldk + c,
-                                                                   p.b + i * ldk + c, 1))));
-                } else if (j < m) {
-                    _mm512_store_ps(p.kd + i * ldk + c, _mm512_mul_ps(k, _mm512_set1_ps(fd[j])));
+                x[j] = zero;
+                if (j < m) {
+                    rv = _mm512_mul_ps(rv, _mm512_load_ps(p.ga + (i0 + j) * ldk + c));
+                    x[j] = _mm512_mul_ps(_mm512_load_ps(p.qh + (i0 + j) * ldk + c), rv);
                 }
             }
+            _mm512_store_ps(p.gb + i0 / BLK * ldk + c, rv);
+            transpose16(x);
+            for (int l = 0; l < W; l++)
+                _mm512_store_ps(p.qt + i0 * ldk + (c + l) * BLK, x[l]);
+        }
+    }
+
+    /* Pass 2, backward over blocks: kp = kh e^(b_e - b_j), kd = kh
+     * e^(b_last - b_j) as running products from the block's and the chunk's
+     * last row (the latter carried across blocks in qr); 16 x 16 tiles are
+     * transposed in registers into the panels. Rows past n are zero. */
+    for (int64_t i0 = (n - 1) / BLK * BLK; i0 >= 0; i0 -= BLK) {
+        const int64_t m = min64(BLK, n - i0);
+        for (int64_t c = 0; c < ldk; c += W) {
+            __m512 x[BLK];
+            __m512 qb = one, qg = i0 + m == n ? one : _mm512_load_ps(p.qr + c);
+            for (int64_t j = BLK - 1; j >= 0; j--) {
+                x[j] = zero;
+                if (j < m) {
+                    const int64_t i = i0 + j;
+                    const __m512 kv = _mm512_load_ps(p.kh + i * ldk + c);
+                    const __m512 ga = _mm512_load_ps(p.ga + i * ldk + c);
+                    x[j] = _mm512_mul_ps(kv, qb);
+                    _mm512_store_ps(p.kd + i * ldk + c, _mm512_mul_ps(kv, qg));
+                    qb = _mm512_mul_ps(qb, ga);
+                    qg = _mm512_mul_ps(qg, ga);
+                }
+            }
+            _mm512_store_ps(p.qr + c, qg);
             transpose16(x);
             for (int l = 0; l < W; l++)
                 _mm512_store_ps(p.kp + i0 * ldk + (c + l) * BLK, x[l]);
@@ -332,18 +392,19 @@ LA_INLINE void a_tile(const pack_view *p, int64_t dk, int64_t i0, int64_t j0, in
     __m512 acc[BLK];
     for (int r = 0; r < BLK; r++)
         acc[r] = _mm512_setzero_ps();
-    const float *kp = p->kp + j0 * p->ldk, *qt = p->qt + i0;
+    const float *kp = p->kp + j0 * p->ldk, *qt = p->qt + i0 * p->ldk;
     _Alignas(64) float f[CS];
     for (int64_t c0 = 0; c0 < dk; c0 += CS) {
         const int64_t cn = min64(CS, dk - c0);
-        if (scaled)
+        if (scaled) /* e^(b_r - b_e): the blocks strictly between j0's and i0's */
             for (int64_t c = 0; c < cn; c += W) {
-                const double *br = p->b + (i0 - 1) * p->ldk + c0 + c;
-                const double *be = p->b + (j0 + BLK - 1) * p->ldk + c0 + c;
-                _mm512_store_ps(f + c, la_exp(dsub16(br, be, 1)));
+                __m512 x = _mm512_set1_ps(1.0f);
+                for (int64_t b = j0 + BLK; b < i0; b += BLK)
+                    x = _mm512_mul_ps(x, _mm512_load_ps(p->gb + b / BLK * p->ldk + c0 + c));
+                _mm512_store_ps(f + c, x);
             }
         for (int64_t c = c0; c < c0 + cn; c++) {
-            __m512 q = _mm512_load_ps(qt + c * p->ldc);
+            __m512 q = _mm512_load_ps(qt + c * BLK);
             if (scaled)
                 q = _mm512_mul_ps(q, _mm512_set1_ps(f[c - c0]));
             for (int r = 0; r < BLK; r++)
@@ -354,28 +415,56 @@ LA_INLINE void a_tile(const pack_view *p, int64_t dk, int64_t i0, int64_t j0, in
         _mm512_store_ps(at + r * BLK, acc[r]);
 }
 
-/* GLA diagonal block: A_ij = sum_c qh_ic kh_jc e^(b_ic - b_jc), j <= i, the
- * decay built as the product of the e^(g_l), l = j+1..i (all <= 1, at most 15
- * roundings) while j walks down from i: no exp per pair. */
-static void a_diag_channel(const pack_view *p, int64_t i0, int64_t m, float *at)
+/* GLA diagonal block, straight into A^T (lanes i, rows j), no horizontal
+ * sums: for each channel c, walking j down from the last row,
+ *   x[i] = qh_ic e^(b_ic - b_jc) for i >= j (0 below): x *= e^(g_{j+1,c}),
+ *   then lane j := qh_jc; A^T[j] += kh_jc x.
+ * The decay is a product of e^(g) <= 1 (at most 15 roundings), no exp per
+ * pair; the 16 accumulators stay in registers (j fully unrolled). Lanes
+ * i < j are selected away at the end (kh_jc * 0 may be NaN there). The walk
+ * starts at the last row of the chunk: rows past it are stale. */
+LA_INLINE void a_diag_channel_ldk(const pack_view *p, int64_t i0, int64_t m, float *at,
+                                  const int64_t ldk)
 {
+    const float *qh = p->qh + i0 * ldk, *kh = p->kh + i0 * ldk, *ga = p->ga + i0 * ldk;
     __m512 acc[BLK];
-    for (int64_t r = 0; r < m; r++) {
-        for (int64_t j = 0; j <= r; j++)
-            acc[j] = _mm512_setzero_ps();
-        for (int64_t c = 0; c < p->ldk; c += W) {
-            __m512 u = _mm512_load_ps(p->qh + (i0 + r) * p->ldk + c);
-            for (int64_t j = r; j >= 0; j--) {
-                acc[j] = _mm512_fmadd_ps(u, _mm512_load_ps(p->kh + (i0 + j) * p->ldk + c), acc[j]);
-                u = _mm512_mul_ps(u, _mm512_load_ps(p->ga + (i0 + j) * p->ldk + c));
+    for (int j = 0; j < BLK; j++)
+        acc[j] = _mm512_setzero_ps();
+    /* Four channels at a time: the x chains (mul, insert per row) are
+     * latency bound, four of them keep the FMA pipes busy. ldk % 4 == 0. */
+    for (int64_t c = 0; c < ldk; c += 4) {
+        __m512 x[4];
+        for (int u = 0; u < 4; u++)
+            x[u] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int j = BLK - 1; j >= 0; j--) {
+            if (j >= m)
+                continue;
+            for (int u = 0; u < 4; u++) {
+                /* lane j of x is 0 before: x ga + (qh_jc in lane j only) */
+                const __m512 qj =
+                    _mm512_maskz_mov_ps((__mmask16)(1u << j), _mm512_set1_ps(qh[j * ldk + c + u]));
+                x[u] = j < m - 1
+                           ? _mm512_fmadd_ps(x[u], _mm512_set1_ps(ga[(j + 1) * ldk + c + u]), qj)
+                           : qj;
+                acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(kh[j * ldk + c + u]), x[u], acc[j]);
             }
         }
-        for (int64_t j = 0; j < BLK; j++)
-            at[j * BLK + r] = j <= r ? la_hsum(acc[j]) : 0.0f;
     }
-    for (int64_t r = m; r < BLK; r++) /* lanes past the chunk: defined, unused */
-        for (int64_t j = 0; j < BLK; j++)
-            at[j * BLK + r] = 0.0f;
+    for (int j = 0; j < BLK; j++)
+        _mm512_store_ps(at + j * BLK, _mm512_maskz_mov_ps((__mmask16)(0xFFFFu << j), acc[j]));
+}
+
+/* The 48 broadcasts of a channel sit at constant offsets from three pointers
+ * only when the row stride is a constant: the common widths get their own
+ * copy (otherwise the row pointers spill). */
+static void a_diag_channel(const pack_view *p, int64_t i0, int64_t m, float *at)
+{
+    switch (p->ldk) {
+    case 64: a_diag_channel_ldk(p, i0, m, at, 64); break;
+    case 128: a_diag_channel_ldk(p, i0, m, at, 128); break;
+    default: a_diag_channel_ldk(p, i0, m, at, p->ldk); break;
+    }
 }
 
 /* A^T for rows i0.. (m of them, lanes) and columns js..js+jn-1, masked and
@@ -417,7 +506,7 @@ static void chunk_output_avx512(const la_head *h, const void *pack, int64_t t0, 
 
     for (int64_t i0 = 0; i0 < n; i0 += BLK) {
         const int64_t m = min64(BLK, n - i0), jend = i0 + m;
-        const float *qs = p.qs + i0 * p.ldk;
+        const float *qs = (h->gate == LA_GATE_NONE ? p.qt : p.qs) + i0 * p.ldk;
         /* denominators of the 16 rows as one vector: Qs z + row sums of A + eps */
         __m512 den = _mm512_set1_ps(h->eps);
         if (z)
@@ -455,13 +544,38 @@ static void chunk_output_avx512(const la_head *h, const void *pack, int64_t t0, 
 
 /* ---- state ------------------------------------------------------------- */
 
+/* Rows part/parts of the next chunk (from row t) of q, k, v, o and a CHANNEL
+ * g into L2. With many heads these stream from memory; a burst of prefetches
+ * would stall on the miss buffers, so chunk_state spreads them over its
+ * tiles. Always inlined: GCC drops calls to a function that only prefetches. */
+LA_INLINE void prefetch_slice(const la_head *h, int64_t t, int64_t part, int64_t parts)
+{
+    const int64_t n = min64(h->chunk, h->T - t);
+    for (int64_t i = t + part * n / parts; i < t + (part + 1) * n / parts; i++) {
+        for (int64_t c = 0; c < h->dk; c += W) {
+            __builtin_prefetch(h->q + i * h->q_ts + c, 0, 2);
+            __builtin_prefetch(h->k + i * h->k_ts + c, 0, 2);
+            if (h->gate == LA_GATE_CHANNEL)
+                __builtin_prefetch(h->g + i * h->g_ts + c, 0, 2);
+        }
+        for (int64_t c = 0; c < h->dv; c += W) {
+            __builtin_prefetch(h->v + i * h->v_ts + c, 0, 2);
+            __builtin_prefetch(h->o + i * h->o_ts + c, 1, 2);
+        }
+    }
+}
+
 static void chunk_state_avx512(const la_head *h, const void *pack, int64_t t0, int64_t n, float *u,
                                float *uz)
 {
     const int64_t dk = h->dk, dv = h->dv;
     const pack_view p = view_of(pack);
+    const int64_t parts = (dk + MR - 1) / MR * ((dv + NR - 1) / NR);
+    int64_t part = 0;
     for (int64_t c0 = 0; c0 < dk; c0 += MR)
         for (int64_t d0 = 0; d0 < dv; d0 += NR) {
+            if (t0 + n < h->T)
+                prefetch_slice(h, t0 + n, part++, parts);
             const la_pass ps = {p.kd + c0, p.ldk, h->v + t0 * h->v_ts + d0, h->v_ts, n, 0};
             tile(min64(MR, dk - c0), min64(NR, dv - d0), &ps, 1, u + c0 * dv + d0, dv, NULL, 0);
         }
@@ -484,10 +598,8 @@ static void state_combine_avx512(const la_head *h, const void *pack, int64_t n, 
         av = _mm512_set1_ps(expf((float)p.bt[n - 1]));
     for (int64_t c0 = 0; c0 < dk; c0 += W) {
         const __mmask16 mc = la_tail(dk - c0);
-        if (h->gate == LA_GATE_CHANNEL) {
-            const double zd = 0.0;
-            av = la_exp(dsub16(p.b + (n - 1) * p.ldk + c0, &zd, 0));
-        }
+        if (h->gate == LA_GATE_CHANNEL)
+            av = _mm512_load_ps(p.pl + c0);
         _Alignas(64) float f[W];
         _mm512_store_ps(f, av);
         for (int64_t c = c0; c < min64(c0 + W, dk); c++) {
@@ -506,16 +618,19 @@ static void state_combine_avx512(const la_head *h, const void *pack, int64_t n, 
 
 /* ---- one token --------------------------------------------------------- */
 
-/* Columns d0..d0+16*NV-1 of one token: each state row is decayed, updated and
- * read out in the same pass, o held in registers. The first slab also updates
- * z and sets *inv; later slabs only read it. */
+/* Columns d0..d0+16*NV-1 of one token (NV <= 8: dv = 128 is one slab, so
+ * phi and the decays are computed once per token and o stays in 8 zmm over
+ * the whole row loop). The pass over S is pure streaming: per 16 floats one
+ * load, two FMAs (three with a gate: a s + k v) and one store; full slabs use
+ * unmasked loads and stores. The first slab also updates z and sets *inv;
+ * later slabs only read it. */
 LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, const float *v,
                           const float *g, float *o, int64_t d0, const int NV, float *inv)
 {
     const int64_t dk = h->dk, dv = h->dv;
-    const int first = d0 == 0;
-    __mmask16 mv[4];
-    __m512 vv[4], acc[4];
+    const int first = d0 == 0, full = dv - d0 >= NV * W, gated = h->gate != LA_GATE_NONE;
+    __mmask16 mv[8];
+    __m512 vv[8], acc[8];
     for (int j = 0; j < NV; j++) {
         mv[j] = la_tail(dv - d0 - j * W);
         vv[j] = la_load(mv[j], v + d0 + j * W);
@@ -525,31 +640,58 @@ LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, cons
     __m512 av = _mm512_set1_ps(1.0f);
     if (h->gate == LA_GATE_TOKEN)
         av = _mm512_set1_ps(expf(g[0]));
-    for (int64_t c0 = 0; c0 < dk; c0 += W) {
-        const __mmask16 mc = la_tail(dk - c0);
-        const __m512 qv = _mm512_maskz_mov_ps(
-            mc, _mm512_mul_ps(_mm512_set1_ps(h->scale), phi_v(h->phi, la_load(mc, q + c0))));
-        const __m512 kv = _mm512_maskz_mov_ps(mc, phi_v(h->phi, la_load(mc, k + c0)));
-        if (h->gate == LA_GATE_CHANNEL)
-            av = la_exp(la_load(mc, g + c0));
-        if (first && h->z) {
-            const __m512 zv = _mm512_fmadd_ps(av, la_load(mc, h->z + c0), kv);
-            la_store(h->z + c0, mc, zv);
-            dsum = _mm512_fmadd_ps(qv, zv, dsum);
+    /* Features and decays of up to SG channels first, as independent vectors
+     * (the exp latencies overlap), then the streaming pass over their rows. */
+    _Alignas(64) float qa[SG], ka[SG], aa[SG];
+    for (int64_t g0 = 0; g0 < dk; g0 += SG) {
+        const int64_t gn = min64(SG, dk - g0);
+        for (int64_t c = 0; c < gn; c += W) {
+            const __mmask16 mc = la_tail(gn - c);
+            const __m512 qv = _mm512_mul_ps(_mm512_set1_ps(h->scale),
+                                            phi_v(h->phi, la_load(mc, q + g0 + c)));
+            const __m512 kv = phi_v(h->phi, la_load(mc, k + g0 + c));
+            if (h->gate == LA_GATE_CHANNEL)
+                av = la_exp(la_load(mc, g + g0 + c));
+            if (first && h->z) {
+                const __m512 zv = _mm512_fmadd_ps(av, la_load(mc, h->z + g0 + c), kv);
+                la_store(h->z + g0 + c, mc, zv);
+                dsum = _mm512_fmadd_ps(_mm512_maskz_mov_ps(mc, qv), zv, dsum);
+            }
+            _mm512_store_ps(qa + c, qv);
+            _mm512_store_ps(ka + c, kv);
+            _mm512_store_ps(aa + c, av);
         }
-        _Alignas(64) float qa[W], ka[W], aa[W];
-        _mm512_store_ps(qa, qv);
-        _mm512_store_ps(ka, kv);
-        _mm512_store_ps(aa, av);
-        for (int64_t c = 0; c < min64(W, dk - c0); c++) {
-            float *srow = h->s + (c0 + c) * dv + d0;
-            const __m512 xa = _mm512_set1_ps(aa[c]), xk = _mm512_set1_ps(ka[c]),
-                         xq = _mm512_set1_ps(qa[c]);
-            for (int j = 0; j < NV; j++) {
-                const __m512 sv =
-                    _mm512_fmadd_ps(xa, la_load(mv[j], srow + j * W), _mm512_mul_ps(xk, vv[j]));
-                la_store(srow + j * W, mv[j], sv);
-                acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
+        float *srow = h->s + g0 * dv + d0;
+        if (full && !gated) {
+            for (int64_t c = 0; c < gn; c++, srow += dv) {
+                const __m512 xk = _mm512_set1_ps(ka[c]), xq = _mm512_set1_ps(qa[c]);
+                for (int j = 0; j < NV; j++) {
+                    const __m512 sv = _mm512_fmadd_ps(xk, vv[j], _mm512_loadu_ps(srow + j * W));
+                    _mm512_storeu_ps(srow + j * W, sv);
+                    acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
+                }
+            }
+        } else if (full) {
+            for (int64_t c = 0; c < gn; c++, srow += dv) {
+                const __m512 xa = _mm512_set1_ps(aa[c]), xk = _mm512_set1_ps(ka[c]),
+                             xq = _mm512_set1_ps(qa[c]);
+                for (int j = 0; j < NV; j++) {
+                    const __m512 sv = _mm512_fmadd_ps(xa, _mm512_loadu_ps(srow + j * W),
+                                                      _mm512_mul_ps(xk, vv[j]));
+                    _mm512_storeu_ps(srow + j * W, sv);
+                    acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
+                }
+            }
+        } else {
+            for (int64_t c = 0; c < gn; c++, srow += dv) {
+                const __m512 xa = _mm512_set1_ps(aa[c]), xk = _mm512_set1_ps(ka[c]),
+                             xq = _mm512_set1_ps(qa[c]);
+                for (int j = 0; j < NV; j++) {
+                    const __m512 sv = _mm512_fmadd_ps(xa, la_load(mv[j], srow + j * W),
+                                                      _mm512_mul_ps(xk, vv[j]));
+                    la_store(srow + j * W, mv[j], sv);
+                    acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
+                }
             }
         }
     }
@@ -564,12 +706,16 @@ static void token_avx512(const la_head *h, const float *q, const float *k, const
                          const float *g, float *o)
 {
     float inv = 1.0f;
-    for (int64_t d0 = 0; d0 < h->dv; d0 += 4 * W) {
-        switch ((min64(4 * W, h->dv - d0) + W - 1) / W) {
+    for (int64_t d0 = 0; d0 < h->dv; d0 += 8 * W) {
+        switch ((min64(8 * W, h->dv - d0) + W - 1) / W) {
         case 1: token_slab(h, q, k, v, g, o, d0, 1, &inv); break;
         case 2: token_slab(h, q, k, v, g, o, d0, 2, &inv); break;
         case 3: token_slab(h, q, k, v, g, o, d0, 3, &inv); break;
-        default: token_slab(h, q, k, v, g, o, d0, 4, &inv); break;
+        case 4: token_slab(h, q, k, v, g, o, d0, 4, &inv); break;
+        case 5: token_slab(h, q, k, v, g, o, d0, 5, &inv); break;
+        case 6: token_slab(h, q, k, v, g, o, d0, 6, &inv); break;
+        case 7: token_slab(h, q, k, v, g, o, d0, 7, &inv); break;
+        default: token_slab(h, q, k, v, g, o, d0, 8, &inv); break;
         }
     }
 }

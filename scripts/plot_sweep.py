@@ -34,12 +34,18 @@ def main(argv):
 
     gates = {k[3] for k in lines}
     fig, ax = plt.subplots(figsize=(9, 6))
+    # colour: ISA; line style: kernel; marker: head size
     styles = {"forward_chunked": "-", "forward_recurrent": "--", "quadratic": ":"}
+    colours = {"avx512": "tab:red", "avx2": "tab:blue", "neon": "tab:green",
+               "scalar": "tab:gray", "c": "black"}
+    markers = ["o", "s", "^", "D"]
+    dks = sorted({k[2] for k in lines})
     for (kernel, isa, dk, gate), pts in sorted(lines.items()):
         pts.sort()
         label = f"{kernel} {isa} dk={dk}" + (f" gate={gate}" if len(gates) > 1 else "")
         ax.plot([t for t, _ in pts], [y for _, y in pts], styles.get(kernel, "-."),
-                marker="o", markersize=3, label=label)
+                color=colours.get(isa), marker=markers[dks.index(dk) % len(markers)],
+                markersize=4, label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length T")

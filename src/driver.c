@@ -1,7 +1,8 @@
 /* The ISA-independent driver: resolves strides and state into one la_head
- * per (batch, head) and runs the table's kernels. Each head is computed by
- * exactly one thread with the same operations in the same order whatever the
- * thread count, so results are bitwise identical for any num_threads. */
+ * per (batch, head) and runs the table's kernels, on threads over heads, or
+ * over the chunks of a head when there are fewer heads than threads. Either
+ * way every kernel call gets the same operands in the same order whatever
+ * the thread count, so results are bitwise identical for any num_threads. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,7 +106,8 @@ static linattn_status run_sequence_parallel(const la_kernels *t, const linattn_c
     const int64_t T = cfg->seq_len, chunk = la_chunk_for(t, cfg);
     const int64_t nchunks = (T + chunk - 1) / chunk;
     const int64_t block = nchunks < 4 * (int64_t)nt ? nchunks : 4 * (int64_t)nt;
-    const size_t state_floats = (size_t)(dk * dv), state_bytes = round_up((state_floats + (size_t)dk) * sizeof(float));
+    const size_t state_floats = (size_t)(dk * dv);
+    const size_t state_bytes = round_up((state_floats + (size_t)dk) * sizeof(float));
     const size_t pack_bytes = t->pack_bytes(chunk, dk, dv);
     if (pack_bytes > SIZE_MAX / 4 / (size_t)block)
         return LINATTN_E_NOMEM;

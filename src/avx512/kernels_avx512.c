@@ -234,6 +234,45 @@ LA_INLINE __m512 dsub16(const double *x, const double *y, int64_t ystep)
     return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
 }
 
+/* x[j] = mul * phi(row j of p, channels in mc) for rows j < m, zero
+ * elsewhere (lanes outside mc too). For ELU1 only the x <= 0 lanes (and NaN)
+ * need e^x: those of all 16 rows are compacted into one buffer, so a block
+ * takes ~8 exp calls instead of 16 (same values lane by lane). */
+LA_INLINE void phi_rows(linattn_phi phi, const float *p, int64_t ts, int64_t m, __mmask16 mc,
+                        __m512 mul, __m512 x[BLK])
+{
+    const __m512 zero = _mm512_setzero_ps();
+    if (phi != LINATTN_PHI_ELU1) {
+        for (int64_t j = 0; j < BLK; j++)
+            x[j] = j < m ? _mm512_maskz_mov_ps(
+                               mc, _mm512_mul_ps(mul, phi_v(phi, la_load(mc, p + j * ts))))
+                         : zero;
+        return;
+    }
+    _Alignas(64) float buf[BLK * W + W];
+    __mmask16 neg[BLK];
+    int64_t cnt = 0;
+    for (int64_t j = 0; j < BLK; j++) {
+        x[j] = zero;
+        neg[j] = 0;
+        if (j < m) {
+            x[j] = la_load(mc, p + j * ts);
+            neg[j] = (__mmask16)(mc & ~_mm512_cmp_ps_mask(x[j], zero, _CMP_GT_OQ));
+            _mm512_storeu_ps(buf + cnt,
+                             _mm512_maskz_compress_ps(neg[j], _mm512_min_ps(zero, x[j])));
+            cnt += __builtin_popcount(neg[j]);
+        }
+    }
+    for (int64_t i = 0; i < cnt; i += W)
+        _mm512_store_ps(buf + i, la_exp(la_load(la_tail(cnt - i), buf + i)));
+    int64_t off = 0;
+    for (int64_t j = 0; j < m; j++) {
+        const __m512 y = _mm512_maskz_add_ps((__mmask16)(mc & ~neg[j]), x[j], _mm512_set1_ps(1.0f));
+        x[j] = _mm512_mul_ps(mul, la_expand(y, neg[j], buf + off));
+        off += __builtin_popcount(neg[j]);
+    }
+}
+
 /* NONE and TOKEN in one pass over q and k, 16 rows x 16 channels at a time:
  * the features are transposed in registers straight into the qt and kp
  * panels; qs = qt times e^(b_i) per lane (TOKEN), kd = kh times
@@ -263,27 +302,18 @@ static void chunk_pack_token(const la_head *h, int64_t t0, int64_t n, const pack
         for (int64_t c = 0; c < ldk; c += W) {
             const __mmask16 mc = la_tail(dk - c);
             __m512 x[BLK];
-            for (int64_t j = 0; j < BLK; j++) {
-                const float *q = h->q + (t0 + i0 + j) * h->q_ts + c;
-                x[j] = j < m ? _mm512_maskz_mov_ps(
-                                   mc, _mm512_mul_ps(scale, phi_v(h->phi, la_load(mc, q))))
-                             : zero;
-            }
+            phi_rows(h->phi, h->q + (t0 + i0) * h->q_ts + c, h->q_ts, m, mc, scale, x);
             transpose16(x);
             for (int l = 0; l < W; l++) {
                 _mm512_store_ps(p->qt + i0 * ldk + (c + l) * BLK, x[l]);
                 if (tok)
                     _mm512_store_ps(p->qs + i0 * ldk + (c + l) * BLK, _mm512_mul_ps(x[l], fs));
             }
-            for (int64_t j = 0; j < BLK; j++) {
-                x[j] = zero;
-                if (j < m) {
-                    x[j] = _mm512_maskz_mov_ps(
-                        mc, phi_v(h->phi, la_load(mc, h->k + (t0 + i0 + j) * h->k_ts + c)));
-                    _mm512_store_ps(p->kd + (i0 + j) * ldk + c,
-                                    tok ? _mm512_mul_ps(x[j], _mm512_set1_ps(fd[j])) : x[j]);
-                }
-            }
+            phi_rows(h->phi, h->k + (t0 + i0) * h->k_ts + c, h->k_ts, m, mc,
+                     _mm512_set1_ps(1.0f), x);
+            for (int64_t j = 0; j < m; j++)
+                _mm512_store_ps(p->kd + (i0 + j) * ldk + c,
+                                tok ? _mm512_mul_ps(x[j], _mm512_set1_ps(fd[j])) : x[j]);
             transpose16(x);
             for (int l = 0; l < W; l++)
                 _mm512_store_ps(p->kp + i0 * ldk + (c + l) * BLK, x[l]);
@@ -387,7 +417,8 @@ static void chunk_pack_avx512(const la_head *h, int64_t t0, int64_t n, void *pac
 /* One BLK x BLK tile of A^T (rows j0.., lanes i0..) into at ([j][16]), from
  * the kp panel and qt. With scaled, row c of qt is first multiplied by
  * e^(b_r - b_e): r the row before block i0, e the last row of block j0. */
-LA_INLINE void a_tile(const pack_view *p, int64_t dk, int64_t i0, int64_t j0, int scaled, float *at)
+LA_INLINE void a_tile(const pack_view *p, int64_t dk, int64_t i0, int64_t j0, int scaled,
+                      int causal, float *at)
 {
     __m512 acc[BLK];
     for (int r = 0; r < BLK; r++)
@@ -411,8 +442,10 @@ LA_INLINE void a_tile(const pack_view *p, int64_t dk, int64_t i0, int64_t j0, in
                 acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(kp[c * BLK + r]), q, acc[r]);
         }
     }
+    /* causal: the diagonal block of gate NONE, lanes i < row j zeroed here */
     for (int r = 0; r < BLK; r++)
-        _mm512_store_ps(at + r * BLK, acc[r]);
+        _mm512_store_ps(at + r * BLK,
+                        causal ? _mm512_maskz_mov_ps((__mmask16)(0xFFFFu << r), acc[r]) : acc[r]);
 }
 
 /* GLA diagonal block, straight into A^T (lanes i, rows j), no horizontal
@@ -477,12 +510,16 @@ static void build_a(const la_head *h, const pack_view *p, int64_t i0, int64_t m,
         float *at = a + jb * BLK;
         if (h->gate == LA_GATE_CHANNEL) {
             if (j0 < i0)
-                a_tile(p, h->dk, i0, j0, 1, at);
+                a_tile(p, h->dk, i0, j0, 1, 0, at);
             else
                 a_diag_channel(p, i0, m, at);
             continue;
         }
-        a_tile(p, h->dk, i0, j0, 0, at);
+        if (h->gate == LA_GATE_NONE) {
+            a_tile(p, h->dk, i0, j0, 0, j0 >= i0, at);
+            continue;
+        }
+        a_tile(p, h->dk, i0, j0, 0, 0, at);
         for (int64_t j = 0; j < BLK; j++) {
             /* causal mask i >= j; TOKEN decay e^(b_i - b_j) <= 1 there */
             const __mmask16 keep = j0 < i0 ? (__mmask16)0xFFFF : (__mmask16)(0xFFFFu << j);
@@ -548,10 +585,9 @@ static void chunk_output_avx512(const la_head *h, const void *pack, int64_t t0, 
  * g into L2. With many heads these stream from memory; a burst of prefetches
  * would stall on the miss buffers, so chunk_state spreads them over its
  * tiles. Always inlined: GCC drops calls to a function that only prefetches. */
-LA_INLINE void prefetch_slice(const la_head *h, int64_t t, int64_t part, int64_t parts)
+LA_INLINE void prefetch_slice(const la_head *h, int64_t lo, int64_t hi)
 {
-    const int64_t n = min64(h->chunk, h->T - t);
-    for (int64_t i = t + part * n / parts; i < t + (part + 1) * n / parts; i++) {
+    for (int64_t i = lo; i < hi; i++) {
         for (int64_t c = 0; c < h->dk; c += W) {
             __builtin_prefetch(h->q + i * h->q_ts + c, 0, 2);
             __builtin_prefetch(h->k + i * h->k_ts + c, 0, 2);
@@ -570,12 +606,15 @@ static void chunk_state_avx512(const la_head *h, const void *pack, int64_t t0, i
 {
     const int64_t dk = h->dk, dv = h->dv;
     const pack_view p = view_of(pack);
+    /* the next chunk's rows, ceil(rows / tiles) per tile (no division per tile) */
     const int64_t parts = (dk + MR - 1) / MR * ((dv + NR - 1) / NR);
-    int64_t part = 0;
+    const int64_t pend = t0 + n + min64(h->chunk, h->T - t0 - n);
+    const int64_t per = (pend - t0 - n + parts - 1) / parts;
+    int64_t pi = t0 + n;
     for (int64_t c0 = 0; c0 < dk; c0 += MR)
         for (int64_t d0 = 0; d0 < dv; d0 += NR) {
-            if (t0 + n < h->T)
-                prefetch_slice(h, t0 + n, part++, parts);
+            prefetch_slice(h, pi, min64(pi + per, pend));
+            pi = min64(pi + per, pend);
             const la_pass ps = {p.kd + c0, p.ldk, h->v + t0 * h->v_ts + d0, h->v_ts, n, 0};
             tile(min64(MR, dk - c0), min64(NR, dv - d0), &ps, 1, u + c0 * dv + d0, dv, NULL, 0);
         }

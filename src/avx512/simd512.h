@@ -52,6 +52,17 @@ LA_INLINE float la_hsum(__m512 v)
     return s;
 }
 
+/* Lanes of m take consecutive floats from p (lane order), the others keep src. */
+LA_INLINE __m512 la_expand(__m512 src, __mmask16 m, const float *p)
+{
+    float t[16];
+    _mm512_storeu_ps(t, src);
+    for (int l = 0, i = 0; l < 16; l++)
+        if (m & (1u << l))
+            t[l] = p[i++];
+    return _mm512_loadu_ps(t);
+}
+
 /* e^x for x <= 88 (larger x saturates at e^88: callers only pass x <= 0 or
  * mask such lanes out). Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2,
  * degree-7 Taylor polynomial (error < 1e-8 relative), 2^n through the
@@ -92,6 +103,10 @@ LA_INLINE __m512 la_exp(__m512 x)
 LA_INLINE __m512 la_load(__mmask16 m, const float *p) { return _mm512_maskz_loadu_ps(m, p); }
 LA_INLINE void la_store(float *p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
 LA_INLINE float la_hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+LA_INLINE __m512 la_expand(__m512 src, __mmask16 m, const float *p)
+{
+    return _mm512_mask_expand_ps(src, m, _mm512_loadu_ps(p));
+}
 /* e^x from SLEEF, as the spec asks (an inline polynomial measured ~10%
  * faster at d = 64; see the x86 issue notes). */
 LA_INLINE __m512 la_exp(__m512 x) { return Sleef_expf16_u10avx512f(x); }

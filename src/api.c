@@ -212,9 +212,9 @@ static int gate_values_ok(const linattn_config *cfg, const float *g, int64_t T)
     return 1;
 }
 
-static linattn_status check_call(const la_kernels **table, const linattn_config *cfg, const float *q, const float *k,
-                                 const float *v, const float *g, float *o, float *s, float *z,
-                                 int step)
+static linattn_status check_call(const la_kernels **table, const linattn_config *cfg,
+                                 const float *q, const float *k, const float *v, const float *g,
+                                 float *o, float *s, float *z, int step)
 {
     if (cfg == NULL)
         return LINATTN_E_NULL;

@@ -35,13 +35,25 @@ static int thread_count(const linattn_config *cfg, int64_t heads)
     return heads < n ? (int)heads : n;
 }
 
+/* Kernels see three gate kinds: HEAD is TOKEN with a token stride of 0. */
+static la_gate kernel_gate(linattn_gate gate)
+{
+    return gate == LINATTN_GATE_NONE      ? LA_GATE_NONE
+           : gate == LINATTN_GATE_CHANNEL ? LA_GATE_CHANNEL
+                                          : LA_GATE_TOKEN;
+}
+
 int64_t la_chunk_for(const la_kernels *t, const linattn_config *cfg)
 {
-    const la_gate gate = cfg->gate == LINATTN_GATE_NONE      ? LA_GATE_NONE
-                         : cfg->gate == LINATTN_GATE_CHANNEL ? LA_GATE_CHANNEL
-                                                             : LA_GATE_TOKEN;
-    int64_t c = cfg->chunk ? cfg->chunk : t->default_chunk(cfg->dk, cfg->dv, gate);
+    const int64_t c =
+        cfg->chunk ? cfg->chunk : t->default_chunk(cfg->dk, cfg->dv, kernel_gate(cfg->gate));
     return c < cfg->seq_len ? c : cfg->seq_len;
+}
+
+/* Rows of the chunk starting at t0. */
+static int64_t chunk_rows(int64_t T, int64_t t0, int64_t chunk)
+{
+    return T - t0 < chunk ? T - t0 : chunk;
 }
 
 /* The head problem of (b, h) for a call of T tokens. */
@@ -65,15 +77,28 @@ static la_head head_at(const linattn_config *cfg, int64_t b, int64_t hd, int64_t
     h.scale = cfg->scale;
     h.eps = cfg->eps;
     h.phi = cfg->phi;
-    switch (cfg->gate) {
-    case LINATTN_GATE_NONE: h.gate = LA_GATE_NONE; break;
-    case LINATTN_GATE_HEAD: h.gate = LA_GATE_TOKEN; break; /* constant in time */
-    case LINATTN_GATE_TOKEN: h.gate = LA_GATE_TOKEN; h.g_ts = cfg->g.token; break;
-    case LINATTN_GATE_CHANNEL: h.gate = LA_GATE_CHANNEL; h.g_ts = cfg->g.token; break;
-    }
-    if (h.gate != LA_GATE_NONE)
+    h.gate = kernel_gate(cfg->gate);
+    if (h.gate != LA_GATE_NONE) {
         h.g = g + b * cfg->g.batch + hd * cfg->g.head;
+        h.g_ts = cfg->gate == LINATTN_GATE_HEAD ? 0 : cfg->g.token; /* HEAD: constant in time */
+    }
     return h;
+}
+
+/* Points h at the state of head i: the caller's s and z, or a zeroed state
+ * in `zero` (state_floats + dk floats) when the caller gave none. */
+static void bind_state(la_head *h, const linattn_config *cfg, int64_t i, float *s, float *z,
+                       unsigned char *zero, size_t zero_bytes)
+{
+    const int64_t dk = cfg->dk, dv = cfg->dv;
+    if (s) {
+        h->s = s + i * dk * dv;
+        h->z = cfg->normalize ? z + i * dk : NULL;
+    } else {
+        memset(zero, 0, zero_bytes);
+        h->s = (float *)zero;
+        h->z = cfg->normalize ? h->s + dk * dv : NULL;
+    }
 }
 
 static void run_chunked(const la_kernels *t, const la_head *h, unsigned char *ws)
@@ -83,7 +108,7 @@ static void run_chunked(const la_kernels *t, const la_head *h, unsigned char *ws
     float *uz = u + state_floats;
     void *pack = ws + round_up((state_floats + (size_t)h->dk) * sizeof(float));
     for (int64_t t0 = 0; t0 < h->T; t0 += h->chunk) {
-        const int64_t n = h->T - t0 < h->chunk ? h->T - t0 : h->chunk;
+        const int64_t n = chunk_rows(h->T, t0, h->chunk);
         t->chunk_pack(h, t0, n, pack);
         t->chunk_output(h, pack, t0, n, h->s, h->z);
         t->chunk_state(h, pack, t0, n, u, uz);
@@ -111,23 +136,20 @@ static linattn_status run_sequence_parallel(const la_kernels *t, const linattn_c
     const size_t pack_bytes = t->pack_bytes(chunk, dk, dv);
     if (pack_bytes > SIZE_MAX / 4 / (size_t)block)
         return LINATTN_E_NOMEM;
-    /* per chunk of a block: pack, its own state u, the state before it */
+    /* ws: a zero state, then per chunk of a block a slot holding its pack,
+     * its own state u (+ uz) and the state before it (+ z) */
     const size_t per_chunk = round_up(pack_bytes) + 2 * state_bytes;
     unsigned char *ws = aligned_alloc(ALIGN, state_bytes + per_chunk * (size_t)block);
     if (ws == NULL)
         return LINATTN_E_NOMEM;
+#define SLOT_PACK(j) (ws + state_bytes + per_chunk * (size_t)(j))
+#define SLOT_U(j) ((float *)(SLOT_PACK(j) + round_up(pack_bytes)))
+#define SLOT_BEFORE(j) ((float *)(SLOT_PACK(j) + round_up(pack_bytes) + state_bytes))
 
     for (int64_t i = 0; i < heads; i++) {
         la_head h = head_at(cfg, i / cfg->heads, i % cfg->heads, T, q, k, v, g, o);
         h.chunk = chunk;
-        if (s) {
-            h.s = s + i * dk * dv;
-            h.z = cfg->normalize ? z + i * dk : NULL;
-        } else {
-            memset(ws, 0, state_bytes);
-            h.s = (float *)ws;
-            h.z = cfg->normalize ? h.s + state_floats : NULL;
-        }
+        bind_state(&h, cfg, i, s, z, ws, state_bytes);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
 #endif
@@ -137,36 +159,35 @@ static linattn_status run_sequence_parallel(const la_kernels *t, const linattn_c
 #pragma omp for schedule(static)
 #endif
             for (int64_t j = 0; j < m; j++) {
-                unsigned char *mine = ws + state_bytes + per_chunk * (size_t)j;
-                float *u = (float *)(mine + round_up(pack_bytes));
-                const int64_t t0 = (c0 + j) * chunk, n = T - t0 < chunk ? T - t0 : chunk;
-                t->chunk_pack(&h, t0, n, mine);
-                t->chunk_state(&h, mine, t0, n, u, u + state_floats);
+                const int64_t t0 = (c0 + j) * chunk, n = chunk_rows(T, t0, chunk);
+                t->chunk_pack(&h, t0, n, SLOT_PACK(j));
+                t->chunk_state(&h, SLOT_PACK(j), t0, n, SLOT_U(j), SLOT_U(j) + state_floats);
             }
 #ifdef _OPENMP
 #pragma omp single
 #endif
             for (int64_t j = 0; j < m; j++) {
-                unsigned char *mine = ws + state_bytes + per_chunk * (size_t)j;
-                float *u = (float *)(mine + round_up(pack_bytes));
-                float *before = (float *)(mine + round_up(pack_bytes) + state_bytes);
-                const int64_t t0 = (c0 + j) * chunk, n = T - t0 < chunk ? T - t0 : chunk;
-                memcpy(before, h.s, state_floats * sizeof(float));
+                const int64_t n = chunk_rows(T, (c0 + j) * chunk, chunk);
+                memcpy(SLOT_BEFORE(j), h.s, state_floats * sizeof(float));
                 if (h.z)
-                    memcpy(before + state_floats, h.z, (size_t)dk * sizeof(float));
-                t->state_combine(&h, mine, n, h.s, h.z, u, u + state_floats);
+                    memcpy(SLOT_BEFORE(j) + state_floats, h.z, (size_t)dk * sizeof(float));
+                t->state_combine(&h, SLOT_PACK(j), n, h.s, h.z, SLOT_U(j),
+                                 SLOT_U(j) + state_floats);
             }
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
             for (int64_t j = 0; j < m; j++) {
-                unsigned char *mine = ws + state_bytes + per_chunk * (size_t)j;
-                const float *before = (const float *)(mine + round_up(pack_bytes) + state_bytes);
-                const int64_t t0 = (c0 + j) * chunk, n = T - t0 < chunk ? T - t0 : chunk;
-                t->chunk_output(&h, mine, t0, n, before, h.z ? before + state_floats : NULL);
+                const int64_t t0 = (c0 + j) * chunk, n = chunk_rows(T, t0, chunk);
+                const float *before = SLOT_BEFORE(j);
+                t->chunk_output(&h, SLOT_PACK(j), t0, n, before,
+                                h.z ? before + state_floats : NULL);
             }
         }
     }
+#undef SLOT_PACK
+#undef SLOT_U
+#undef SLOT_BEFORE
     free(ws);
     return LINATTN_OK;
 }
@@ -186,20 +207,13 @@ typedef struct {
 static void forward_head(const forward_call *c, int64_t i, int tid)
 {
     const linattn_config *cfg = c->cfg;
-    const int64_t dk = cfg->dk, dv = cfg->dv;
     unsigned char *mine = c->ws ? c->ws + c->per_thread * (size_t)tid : NULL;
     la_head h = head_at(cfg, i / cfg->heads, i % cfg->heads, cfg->seq_len, c->q, c->k, c->v,
                         c->g, c->o);
     h.chunk = c->chunk;
-    if (c->s) {
-        h.s = c->s + i * dk * dv;
-        h.z = cfg->normalize ? c->z + i * dk : NULL;
-    } else {
-        memset(mine, 0, c->state_bytes);
-        h.s = (float *)mine;
-        h.z = cfg->normalize ? h.s + dk * dv : NULL;
-        mine += c->state_bytes;
-    }
+    bind_state(&h, cfg, i, c->s, c->z, mine, c->state_bytes);
+    if (!c->s)
+        mine += c->state_bytes; /* the rest of the workspace follows the zero state */
     if (!cfg->causal)
         c->t->forward_noncausal(&h);
     else if (c->chunked)
@@ -214,8 +228,7 @@ static void step_head(const forward_call *c, int64_t i, int tid)
     (void)tid;
     la_head h = head_at(cfg, i / cfg->heads, i % cfg->heads, 1, c->q, c->k, c->v, c->g, c->o);
     h.chunk = 1;
-    h.s = c->s + i * cfg->dk * cfg->dv;
-    h.z = cfg->normalize ? c->z + i * cfg->dk : NULL;
+    bind_state(&h, cfg, i, c->s, c->z, NULL, 0); /* step always has a state */
     c->t->step(&h);
 }
 
@@ -241,10 +254,12 @@ linattn_status la_run_forward(const la_kernels *t, const linattn_config *cfg, co
                               float *s, float *z)
 {
     const int64_t heads = cfg->batch * cfg->heads, dk = cfg->dk, dv = cfg->dv;
-    forward_call c = {t, cfg, q, k, v, g, o, s, z, 0, la_chunk_for(t, cfg), NULL, 0, 0};
+    forward_call c = {.t = t, .cfg = cfg, .q = q, .k = k, .v = v, .g = g, .o = o, .s = s,
+                      .z = z, .chunk = la_chunk_for(t, cfg)};
     /* AUTO: a handful of tokens is cheapest token by token (no workspace). */
-    c.chunked = cfg->causal && (cfg->algo == LINATTN_ALGO_CHUNKED ||
-                                (cfg->algo == LINATTN_ALGO_AUTO && cfg->seq_len > LA_AUTO_RECURRENT_MAX_T));
+    c.chunked = cfg->causal &&
+                (cfg->algo == LINATTN_ALGO_CHUNKED ||
+                 (cfg->algo == LINATTN_ALGO_AUTO && cfg->seq_len > LA_AUTO_RECURRENT_MAX_T));
     c.state_bytes = round_up((size_t)(dk * dv + dk) * sizeof(float));
     const int wanted = threads_wanted(cfg);
     if (c.chunked && heads < wanted && cfg->seq_len > c.chunk)
@@ -276,6 +291,7 @@ void la_run_step(const la_kernels *t, const linattn_config *cfg, const float *q,
                  const float *k, const float *v, const float *g, float *o, float *s, float *z)
 {
     const int64_t heads = cfg->batch * cfg->heads;
-    const forward_call c = {t, cfg, q, k, v, g, o, s, z, 0, 1, NULL, 0, 0};
+    const forward_call c = {.t = t, .cfg = cfg, .q = q, .k = k, .v = v, .g = g, .o = o,
+                            .s = s, .z = z, .chunk = 1};
     for_each_head(&c, heads, thread_count(cfg, heads), step_head);
 }

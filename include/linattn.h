@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define LINATTN_VERSION_MAJOR 0
-#define LINATTN_VERSION_MINOR 1
+#define LINATTN_VERSION_MINOR 2
 #define LINATTN_VERSION_PATCH 0
 
 typedef enum {
@@ -38,6 +38,10 @@ typedef enum {
 LINATTN_API const char *linattn_strerror(linattn_status s);
 /* "MAJOR.MINOR.PATCH" */
 LINATTN_API const char *linattn_version(void);
+/* Why the last call on this thread failed, naming the field or value at
+ * fault and what was expected; "success" after a call that returned OK.
+ * Thread-local; never NULL; valid until this thread's next linattn call. */
+LINATTN_API const char *linattn_last_error(void);
 
 typedef enum {
     LINATTN_ISA_AUTO = 0,
@@ -78,6 +82,12 @@ typedef enum {
     LINATTN_ALGO_RECURRENT /* token by token */
 } linattn_algo;
 
+/* How value heads read q/k heads when there are fewer q/k heads. */
+typedef enum {
+    LINATTN_HEADS_GROUPED = 0, /* value head h reads q/k head h / (heads / qk_heads) */
+    LINATTN_HEADS_TILED        /* value head h reads q/k head h % qk_heads */
+} linattn_head_map;
+
 /* Strides in elements. The feature dimension is always contiguous. */
 typedef struct {
     int64_t batch, head, token;
@@ -96,6 +106,12 @@ typedef struct {
     int64_t chunk;     /* 0 = library's choice */
     int num_threads;   /* 0 = library default, 1 = calling thread only */
     linattn_strides q, k, v, o, g; /* init: contiguous [B][H][T][D] ([B][H][T][dk] for g) */
+    /* Appended in 0.2.0; a caller built against 0.1 (smaller struct_size)
+     * gets the defaults. */
+    int64_t qk_heads;          /* 0 = heads; else q and k have qk_heads heads, heads % qk_heads == 0 */
+    linattn_head_map head_map; /* GROUPED */
+    int qk_l2norm;             /* 0; 1: q and k scaled to unit L2 norm after phi */
+    linattn_strides beta;      /* delta rule only; init: contiguous [B][H][T] */
 } linattn_config;
 
 /* Defaults as commented above; all strides contiguous. */
@@ -105,6 +121,11 @@ LINATTN_API void linattn_config_init(linattn_config *cfg, int64_t batch, int64_t
  * HEAD [H] (batch stride 0), TOKEN [B][H][T], CHANNEL [B][H][T][dk].
  * Call it after linattn_config_init and before changing g strides. */
 LINATTN_API void linattn_config_set_gate(linattn_config *cfg, linattn_gate gate);
+/* A config for linattn_step / linattn_delta_step on per-token buffers:
+ * q, k [B][H][dk], v, o [B][H][dv] contiguous (token strides 0), g [B][H]
+ * (TOKEN) or [B][H][dk] (CHANNEL) once a gate is set, beta [B][H]. */
+LINATTN_API void linattn_config_init_step(linattn_config *cfg, int64_t batch, int64_t heads,
+                                          int64_t dk, int64_t dv);
 
 /* Whole sequence. s: [B][H][dk][dv], z: [B][H][dk], contiguous, in/out: read
  * as the initial state and overwritten with the final state; NULL means a
@@ -121,6 +142,20 @@ LINATTN_API linattn_status linattn_forward(const linattn_config *cfg, const floa
 LINATTN_API linattn_status linattn_step(const linattn_config *cfg, const float *q,
                                         const float *k, const float *v, const float *g,
                                         float *o, float *s, float *z);
+
+/* The delta rule (DeltaNet; Gated DeltaNet with gate TOKEN; Kimi Delta
+ * Attention with gate CHANNEL), per value head, no normaliser:
+ *   S = L_t S;  u_t = beta_t (v_t - S^T kh_t);  S += kh_t u_t^T;  o_t = S^T qh_t
+ * beta: one value in [0, 2] per (b, h, t), addressed by cfg->beta. normalize
+ * must be 0 and causal 1. s: [B][H][dk][dv] as for linattn_forward. */
+LINATTN_API linattn_status linattn_delta_forward(const linattn_config *cfg, const float *q,
+                                                 const float *k, const float *v,
+                                                 const float *g, const float *beta, float *o,
+                                                 float *s);
+/* One token per (b, h) of the delta rule; s required; in place. */
+LINATTN_API linattn_status linattn_delta_step(const linattn_config *cfg, const float *q,
+                                              const float *k, const float *v, const float *g,
+                                              const float *beta, float *o, float *s);
 
 #ifdef __cplusplus
 }

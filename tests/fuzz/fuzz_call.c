@@ -1,0 +1,1079 @@
+/* libFuzzer target: one whole public call (linattn_forward, linattn_step,
+ * linattn_delta_forward, linattn_delta_step) decoded from the input, with
+ * hostile values in every config field, aliased, misaligned and NULL
+ * buffers, and value regimes from subnormal to FLT_MAX, NaN and Inf.
+ *
+ * Checked on every input:
+ *  - no sanitizer report, and no byte changed in the guard zones around each
+ *    buffer (poisoned for AddressSanitizer, patterned otherwise) or in the
+ *    config, whose bytes past struct_size are poisoned too;
+ *  - a call the contract says must fail (bad shape, stride, enum, value,
+ *    NULL, overlap...) fails; a plainly valid one succeeds;
+ *  - on failure not one byte of any buffer changed;
+ *  - on success nothing outside o and the state changed, the outputs agree
+ *    with reference.c within its error bound (and so are finite) whenever
+ *    the inputs are finite and no fp32 overflow is possible, and a rerun with
+ *    num_threads = 1 gives the same bits.
+ *
+ * Allocations stay small: a decoded call whose buffers exceed BUDGET floats
+ * is skipped, unless its shape or strides are invalid; then the library
+ * must reject it without touching memory, and it gets small buffers.
+ *
+ * The table under test is the one LINATTN_ISA names (scripts/fuzz.sh runs
+ * every table this CPU has). Input format: see decode() below; a byte 0
+ * always means the ordinary choice, so short inputs are plain calls. */
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <linattn.h>
+
+#include "reference.h"
+
+/* The delta rule and last_error may not be in the library under test yet:
+ * weak references resolve to NULL then, and those checks are skipped. */
+#pragma weak linattn_delta_forward
+#pragma weak linattn_delta_step
+#pragma weak linattn_last_error
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FUZZ_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define FUZZ_ASAN 1
+#endif
+#ifdef FUZZ_ASAN
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) __asan_poison_memory_region((p), (n))
+#define UNPOISON(p, n) __asan_unpoison_memory_region((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+enum {
+    BUDGET = 1 << 18,     /* floats over all allocations: 1 MiB */
+    WORK = 1 << 22,       /* B*H*T*(dk*dv + dk + dv) per call */
+    REF_WORK = 1 << 17,   /* the same, for the reference comparison */
+    GUARD = 64,           /* bytes on each side of an allocation */
+    SMALL = 64,           /* floats of a stand-in buffer in small mode */
+};
+#define GUARD_BYTE 0xA5
+
+/* Exact size arithmetic for claimed layouts. */
+__extension__ typedef __int128 wide;
+
+enum { KIND_FORWARD, KIND_STEP, KIND_DELTA_FORWARD, KIND_DELTA_STEP };
+static const char *const kind_names[] = {"forward", "step", "delta_forward", "delta_step"};
+
+/* Buffer ids; inputs first. */
+enum { BQ, BK, BV, BG, BBETA, BO, BS, BZ, NBUF };
+static const char *const buf_names[] = {"q", "k", "v", "g", "beta", "o", "s", "z"};
+
+/* ---- input reader ------------------------------------------------------ */
+
+typedef struct {
+    const uint8_t *p;
+    size_t n, i;
+} reader;
+
+static unsigned u8(reader *r) { return r->i < r->n ? r->p[r->i++] : 0; }
+
+static uint64_t u64(reader *r)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < 8; i++)
+        x = x << 8 | u8(r);
+    return x;
+}
+
+/* b < 240: 1 + b % ordinary; else a hostile value. */
+static int64_t pick_dim(reader *r, int64_t ordinary)
+{
+    static const int64_t hostile[] = {0,       -1,        INT64_MIN, INT64_MAX,
+                                      1LL << 31, 1LL << 32, 1LL << 26, 1LL << 34,
+                                      1LL << 62, INT32_MAX, 65536,     200,
+                                      1000,    3,         -(1LL << 40)};
+    const unsigned b = u8(r);
+    if (b < 240)
+        return 1 + (int64_t)(b % (unsigned)ordinary);
+    if (b == 255)
+        return (int64_t)u64(r);
+    return hostile[b - 240];
+}
+
+/* b < 240: b % count (0 the default); else out of range. */
+static int pick_enum(reader *r, int count)
+{
+    static const int hostile[] = {-1, INT32_MIN, INT32_MAX, 255, 1000, 65536, -2, 7};
+    const unsigned b = u8(r);
+    if (b < 240)
+        return (int)(b % (unsigned)count);
+    if (b - 240 < 8)
+        return hostile[b - 240];
+    return count + (int)(b - 248);
+}
+
+static float pick_float(reader *r, const float *table, unsigned count)
+{
+    return table[u8(r) % count];
+}
+
+/* ---- PRNG and value regimes -------------------------------------------- */
+
+static uint64_t rng_state;
+
+static uint64_t rng(void)
+{
+    rng_state += 0x9E3779B97F4A7C15ull; /* splitmix64 */
+    uint64_t z = rng_state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rng() >> 40) / 16777216.0f; }
+
+enum { POOL_GENERAL, POOL_GATE, POOL_BETA };
+
+static float special(void)
+{
+    static const float s[] = {0.0f,      -0.0f,   FLT_MIN, -FLT_MIN, FLT_TRUE_MIN, FLT_MAX,
+                              -FLT_MAX,  1e30f,   -1e30f,  1e-30f,   1e-40f,       -1e-40f,
+                              1.0f,      -1.0f,   88.0f,   -104.0f};
+    return s[rng() % (sizeof s / sizeof s[0])];
+}
+
+static float general_value(unsigned regime)
+{
+    switch (regime % 10) {
+    case 0: return uniform(-1, 1);
+    case 1: return uniform(0, 1);
+    case 2: return 0.0f;
+    case 3: return ldexpf(uniform(-1, 1), (int)(rng() % 41) - 20);
+    case 4: return (rng() & 1 ? 1 : -1) * ldexpf(uniform(1, 2), 100 + (int)(rng() % 28));
+    case 5: return (rng() & 1 ? 1 : -1) * ldexpf(uniform(1, 2), -150 + (int)(rng() % 30));
+    case 6: return rng() % 16 ? uniform(-1, 1) : NAN;
+    case 7: return rng() % 16 ? uniform(-1, 1) : (rng() & 1 ? INFINITY : -INFINITY);
+    case 8: return rng() % 4 ? uniform(-1, 1) : special();
+    default: return (float)((int)(rng() % 7) - 3);
+    }
+}
+
+static float gate_value(unsigned regime)
+{
+    static const float resets[] = {-1e16f, -FLT_MAX, -1e6f, -88.0f, -104.0f, -1e30f, -200.0f};
+    switch (regime % 8) {
+    case 0: return uniform(-1, 0);
+    case 1: return uniform(-20, -5);
+    case 2: return rng() % 5 ? uniform(-0.5f, 0) : resets[rng() % 7];
+    case 3: return rng() & 1 ? 0.0f : -0.0f;
+    case 4: return rng() & 1 ? -1e-40f : -FLT_MIN;
+    case 5: return -ldexpf(uniform(1, 2), 100 + (int)(rng() % 28));
+    case 6: { /* mostly valid, some invalid */
+        static const float bad[] = {1e-7f, 0.5f, NAN, -INFINITY, INFINITY, FLT_TRUE_MIN};
+        return rng() % 8 ? uniform(-1, 0) : bad[rng() % 6];
+    }
+    default: return rng() & 1 ? uniform(-1, 0) : (rng() & 1 ? resets[rng() % 7] : special());
+    }
+}
+
+static float beta_value(unsigned regime)
+{
+    static const float bad[] = {2.0001f, -1e-7f, NAN, INFINITY, -1.0f, 3.0f};
+    switch (regime % 4) {
+    case 0: return uniform(0, 1);
+    case 1: return uniform(0, 2);
+    case 2: return (float)(rng() % 3);
+    default: return rng() % 8 ? uniform(0, 2) : bad[rng() % 6];
+    }
+}
+
+/* ---- layouts ----------------------------------------------------------- */
+
+typedef struct {
+    int64_t n[4], st[4]; /* element offset: sum idx_i * st_i, idx_i < n_i */
+} layout;
+
+typedef struct {
+    int bad;     /* a dimension < 1, a negative stride on a dimension > 1, or overflow */
+    int64_t ext; /* last offset + 1 */
+} extent;
+
+static extent extent_of(const layout *l)
+{
+    extent e = {0, 0};
+    wide x = 1;
+    for (int i = 0; i < 4; i++) {
+        if (l->n[i] < 1)
+            return (extent){1, 0};
+        if (l->n[i] == 1)
+            continue;
+        if (l->st[i] < 0)
+            return (extent){1, 0};
+        x += (wide)(l->n[i] - 1) * l->st[i];
+        if (x * 4 > INT64_MAX)
+            return (extent){1, 0};
+    }
+    e.ext = (int64_t)x;
+    return e;
+}
+
+/* a * b, saturated far above anything this file compares against */
+static wide smul(wide a, wide b)
+{
+    const wide cap = (wide)1 << 100;
+    if (a < 0 || b < 0)
+        return cap;
+    if (a > cap || b > cap || (a != 0 && b > cap / a))
+        return cap;
+    return a * b;
+}
+
+static wide count_of(const layout *l)
+{
+    wide c = 1;
+    for (int i = 0; i < 4; i++) {
+        c *= l->n[i] > 0 ? l->n[i] : 1;
+        if (c > (wide)1 << 40)
+            return c;
+    }
+    return c;
+}
+
+typedef void (*visit_fn)(void *ctx, int64_t off, const int64_t idx[4]);
+
+static void each(const layout *l, visit_fn fn, void *ctx)
+{
+    int64_t i[4];
+    for (i[0] = 0; i[0] < l->n[0]; i[0]++)
+        for (i[1] = 0; i[1] < l->n[1]; i[1]++)
+            for (i[2] = 0; i[2] < l->n[2]; i[2]++)
+                for (i[3] = 0; i[3] < l->n[3]; i[3]++)
+                    fn(ctx, i[0] * l->st[0] + i[1] * l->st[1] + i[2] * l->st[2] + i[3] * l->st[3], i);
+}
+
+/* ---- allocations ------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *block;  /* GUARD | pad floats | data floats | GUARD */
+    float *data;     /* first float any buffer may use */
+    int64_t n;       /* floats from data */
+    int64_t pad;     /* floats between the front guard and data (misalignment) */
+    uint8_t *before; /* snapshot of [data, data + n) */
+    uint8_t *marks;  /* per float: which buffers use it (real mode) */
+    unsigned regime, pool;
+    uint64_t seed;
+} alloc;
+
+static size_t alloc_bytes(const alloc *a) { return GUARD * 2 + (size_t)(a->pad + a->n) * 4; }
+
+static void alloc_make(alloc *a)
+{
+    a->block = aligned_alloc(64, (alloc_bytes(a) + 63) / 64 * 64);
+    memset(a->block, GUARD_BYTE, alloc_bytes(a));
+    a->data = (float *)(a->block + GUARD) + a->pad;
+    rng_state = a->seed;
+    for (int64_t i = 0; i < a->n; i++)
+        a->data[i] = a->pool == POOL_GATE   ? gate_value(a->regime)
+                     : a->pool == POOL_BETA ? beta_value(a->regime)
+                                            : general_value(a->regime);
+    a->before = malloc((size_t)a->n * 4 + 1);
+    memcpy(a->before, a->data, (size_t)a->n * 4);
+    a->marks = calloc((size_t)a->n + 1, 1);
+    /* Poison everything but the data: ASan granules are 8 bytes, so the
+     * front zone is poisoned up to the granule holding data[0] (the pattern
+     * check below covers the rest). */
+    const uintptr_t lo = (uintptr_t)a->block, d = (uintptr_t)a->data & ~(uintptr_t)7;
+    POISON(a->block, d - lo);
+    POISON(a->data + a->n, GUARD);
+}
+
+static void alloc_unpoison(alloc *a) { UNPOISON(a->block, alloc_bytes(a)); }
+
+static void alloc_free(alloc *a)
+{
+    if (!a->block)
+        return;
+    alloc_unpoison(a);
+    free(a->block);
+    free(a->before);
+    free(a->marks);
+    a->block = NULL;
+}
+
+/* ---- the decoded call -------------------------------------------------- */
+
+typedef struct {
+    int kind;
+    linattn_config cfg; /* as passed (garbage past struct_size) */
+    int cfg_null;
+    /* what the library must use: appended fields default when struct_size
+     * does not cover them */
+    int64_t qk_heads, T; /* effective: qk_heads resolved, T = 1 for step */
+    int head_map, qk_l2norm;
+    linattn_strides beta;
+    layout lay[NBUF];
+    int used[NBUF];      /* the call reads or writes this buffer */
+    int place[NBUF];     /* 0 own allocation, 1 alias, 2 NULL, 3 garbage pointer */
+    int host[NBUF];      /* allocation index for own/alias */
+    int64_t offset[NBUF];/* floats from the host's data */
+    float *ptr[NBUF];
+    int must_fail, layout_bad, ambiguous;
+    char why[160];
+} call;
+
+static void fail_reason(call *c, const char *what)
+{
+    if (!c->must_fail)
+        snprintf(c->why, sizeof c->why, "%s", what);
+    c->must_fail = 1;
+}
+
+static void fuzz_fail(const call *c, const char *fmt, const char *detail, double x, double y)
+{
+    fprintf(stderr, "\nfuzz_call: %s: ", kind_names[c->kind]);
+    fprintf(stderr, fmt, detail, x, y);
+    const linattn_config *f = &c->cfg;
+    fprintf(stderr,
+            "\n  isa %s, B %lld H %lld T %lld dk %lld dv %lld phi %d gate %d algo %d causal %d "
+            "normalize %d eps %g scale %g chunk %lld threads %d struct_size %zu qk_heads %lld "
+            "map %d l2 %d\n",
+            linattn_isa_name(linattn_get_isa()), (long long)f->batch, (long long)f->heads,
+            (long long)f->seq_len, (long long)f->dk, (long long)f->dv, f->phi, f->gate, f->algo,
+            f->causal, f->normalize, (double)f->eps, (double)f->scale, (long long)f->chunk,
+            f->num_threads, f->struct_size, (long long)c->qk_heads, c->head_map, c->qk_l2norm);
+    for (int b = 0; b < NBUF; b++)
+        if (c->used[b])
+            fprintf(stderr, "  %-4s place %d host %d off %lld strides %lld %lld %lld %lld\n",
+                    buf_names[b], c->place[b], c->host[b], (long long)c->offset[b],
+                    (long long)c->lay[b].st[0], (long long)c->lay[b].st[1],
+                    (long long)c->lay[b].st[2], (long long)c->lay[b].st[3]);
+    abort();
+}
+
+/* Strides for a [B][H][T][D] buffer from a layout byte. */
+static linattn_strides pick_strides(reader *r, int64_t H, int64_t T, int64_t D, int step)
+{
+    const int64_t t_st = step ? 0 : D;
+    linattn_strides s = {H * (step ? 1 : T) * D, (step ? 1 : T) * D, t_st};
+    const unsigned b = u8(r);
+    switch (b % 8) {
+    case 3: /* [B][T][H][D], as fla and HF store them */
+        return step ? s : (linattn_strides){T * H * D, D, H * D};
+    case 4: { /* padded rows and heads */
+        const int64_t pad = 1 + u8(r) % 5;
+        const int64_t row = D + pad, head = (step ? 1 : T) * row + u8(r) % 7;
+        return (linattn_strides){H * head + u8(r) % 3, head, step ? 0 : row};
+    }
+    case 5: { /* broadcasts: some strides 0 */
+        const unsigned m = u8(r);
+        return (linattn_strides){m & 1 ? 0 : s.batch, m & 2 ? 0 : s.head, m & 4 ? 0 : s.token};
+    }
+    case 6: /* token stride garbage: ignored by step */
+        s.token = (int64_t)u64(r);
+        return s;
+    case 7: { /* hostile */
+        int64_t *f[3] = {&s.batch, &s.head, &s.token};
+        for (int i = 0; i < 3; i++) {
+            const unsigned h = u8(r);
+            const int64_t nat = *f[i];
+            const int64_t opts[] = {nat,       0,        -1,       -nat - 1, INT64_MAX, INT64_MIN,
+                                    1LL << 40, nat + 1,  1,        (int64_t)u64(r)};
+            *f[i] = opts[h % 10];
+        }
+        return s;
+    }
+    default: return s;
+    }
+}
+
+/* ---- decoding ---------------------------------------------------------- */
+
+static const size_t V01_SIZE = offsetof(linattn_config, qk_heads);
+
+#define COVERS(c, field) \
+    ((c)->struct_size >= offsetof(linattn_config, field) + sizeof(((linattn_config *)0)->field))
+
+static void decode(reader *r, call *c)
+{
+    memset(c, 0, sizeof *c);
+    c->kind = (int)(u8(r) % 4);
+    const int step = c->kind == KIND_STEP || c->kind == KIND_DELTA_STEP;
+    const int delta = c->kind >= KIND_DELTA_FORWARD;
+    const int64_t B = pick_dim(r, 3), H = pick_dim(r, 4), T = pick_dim(r, 48),
+                  dk = pick_dim(r, 16), dv = pick_dim(r, 16);
+    linattn_config *f = &c->cfg;
+    linattn_config_init(f, B, H, T, dk, dv);
+    f->phi = (linattn_phi)pick_enum(r, 3);
+    const int gate = pick_enum(r, 4);
+    f->algo = (linattn_algo)pick_enum(r, 3);
+    {
+        const unsigned b = u8(r);
+        f->causal = b < 240 ? (b % 4 != 3) : (int)(b & 1 ? 2 : -1);
+    }
+    {
+        const unsigned b = u8(r);
+        const int flip = b % 3 == 2;
+        f->normalize = b < 240 ? (delta ? flip : !flip) : (int)(b & 1 ? 2 : -1);
+    }
+    static const float eps_t[] = {1e-6f, 0.0f, 1e-3f, 1.0f, 1e-30f, FLT_TRUE_MIN,
+                                  -1e-6f, NAN, INFINITY, -0.0f, FLT_MAX, 1e-10f};
+    static const float scale_t[] = {1.0f,  0.125f, 0.0f, -1.0f, 2.0f,      1e30f,
+                                    FLT_MAX, 1e-30f, NAN,  INFINITY, -INFINITY, -0.0f};
+    f->eps = pick_float(r, eps_t, 12);
+    f->scale = pick_float(r, scale_t, 12);
+    {
+        static const int64_t hostile[] = {-1, INT64_MIN, INT64_MAX, 1LL << 34, 1LL << 31,
+                                          1000, 1, 2, 3, 16, 64, 65};
+        const unsigned b = u8(r);
+        f->chunk = b < 200 ? (int64_t)(b % 70) : hostile[(b - 200) % 12];
+    }
+    {
+        static const int hostile[] = {-1, INT32_MAX, INT32_MIN, 100000, 64, 7, 1 << 20, 1 << 30};
+        const unsigned b = u8(r);
+        f->num_threads = b < 200 ? (int)(b % 5) : hostile[(b - 200) % 8];
+    }
+    /* Grouped heads, head map, qk_l2norm, beta strides: appended fields. */
+    {
+        const unsigned b = u8(r);
+        const int64_t opts[] = {0, H, H % 2 == 0 ? H / 2 : 1, 1};
+        const int64_t hostile[] = {-1, H + 1, 2 * H, INT64_MAX, INT64_MIN, 3, 5, 7};
+        f->qk_heads = b < 200 ? opts[b % 4] : hostile[(b - 200) % 8];
+    }
+    f->head_map = (linattn_head_map)pick_enum(r, 2);
+    {
+        const unsigned b = u8(r);
+        const int flip = b % 4 == 3;
+        f->qk_l2norm = b < 250 ? (delta ? !flip : flip) : (int)(b & 1 ? 2 : -1);
+    }
+    {
+        const unsigned b = u8(r);
+        switch (b % 16) {
+        case 10: case 11: f->struct_size = V01_SIZE; break;
+        case 12: f->struct_size = V01_SIZE + 8; break;
+        case 13: f->struct_size = sizeof *f + 8; break;
+        case 14: f->struct_size = u8(r); break;
+        case 15: f->struct_size = b & 16 ? SIZE_MAX : 0; break;
+        default: f->struct_size = sizeof *f;
+        }
+    }
+    c->cfg_null = u8(r) == 255;
+
+    /* What the library must use. */
+    c->T = step ? 1 : T;
+    c->qk_heads = COVERS(f, qk_heads) && f->qk_heads != 0 ? f->qk_heads : H;
+    c->head_map = COVERS(f, head_map) ? (int)f->head_map : LINATTN_HEADS_GROUPED;
+    c->qk_l2norm = COVERS(f, qk_l2norm) ? f->qk_l2norm : 0;
+    const int qkh_ok = c->qk_heads >= 1 && H >= 1 && H % c->qk_heads == 0;
+    const int64_t QH = qkh_ok ? c->qk_heads : 1;
+
+    f->q = pick_strides(r, QH, T, dk, step);
+    f->k = u8(r) % 4 == 3 ? f->q : pick_strides(r, QH, T, dk, step);
+    f->v = pick_strides(r, H, T, dv, step);
+    f->o = pick_strides(r, H, T, dv, step);
+    f->gate = (linattn_gate)gate;
+    switch (gate) {
+    case LINATTN_GATE_HEAD: {
+        const unsigned b = u8(r);
+        f->g = b % 4 == 3 ? (linattn_strides){H, 1, (int64_t)u64(r)}
+               : b % 4 == 2 ? pick_strides(r, H, T, 1, step)
+                            : (linattn_strides){0, 1, 0};
+        break;
+    }
+    case LINATTN_GATE_TOKEN: f->g = pick_strides(r, H, T, 1, step); break;
+    case LINATTN_GATE_CHANNEL: f->g = pick_strides(r, H, T, dk, step); break;
+    default: f->g = pick_strides(r, H, T, 1, step); /* ignored */
+    }
+    f->beta = pick_strides(r, H, T, 1, step);
+    c->beta = COVERS(f, beta) ? f->beta
+                              : (linattn_strides){H * T, T, 1}; /* the documented default */
+
+    /* Layouts of what the call uses. */
+    const int64_t Te = c->T;
+    c->used[BQ] = c->used[BK] = c->used[BV] = c->used[BO] = 1;
+    c->lay[BQ] = (layout){{B, QH, Te, dk}, {f->q.batch, f->q.head, f->q.token, 1}};
+    c->lay[BK] = (layout){{B, QH, Te, dk}, {f->k.batch, f->k.head, f->k.token, 1}};
+    c->lay[BV] = (layout){{B, H, Te, dv}, {f->v.batch, f->v.head, f->v.token, 1}};
+    c->lay[BO] = (layout){{B, H, Te, dv}, {f->o.batch, f->o.head, f->o.token, 1}};
+    c->used[BG] = gate >= LINATTN_GATE_HEAD && gate <= LINATTN_GATE_CHANNEL;
+    if (gate == LINATTN_GATE_HEAD)
+        c->lay[BG] = (layout){{B, H, 1, 1}, {f->g.batch, f->g.head, 0, 0}};
+    else
+        c->lay[BG] = (layout){{B, H, Te, gate == LINATTN_GATE_CHANNEL ? dk : 1},
+                              {f->g.batch, f->g.head, f->g.token, 1}};
+    c->used[BBETA] = delta;
+    c->lay[BBETA] = (layout){{B, H, Te, 1}, {c->beta.batch, c->beta.head, c->beta.token, 0}};
+    c->lay[BS] = (layout){{B, H, dk, dv}, {H * dk * dv, dk * dv, dv, 1}};
+    c->lay[BZ] = (layout){{B, H, dk, 1}, {H * dk, dk, 1, 0}};
+
+    /* State: given or NULL. */
+    {
+        const unsigned b = u8(r);
+        const int state_null = b % 4 == 1;
+        c->used[BS] = !state_null || step;
+        c->used[BZ] = !delta && f->normalize == 1 && (!state_null || step);
+        if (b >= 240) { /* one without the other */
+            c->used[b & 1 ? BS : BZ] = 0;
+        }
+    }
+
+    /* Placement of each buffer. */
+    for (int i = 0; i < NBUF; i++) {
+        const unsigned p = u8(r);
+        const unsigned m = p % 16;
+        if (m == 13)
+            c->place[i] = 2;
+        else if (m == 14)
+            c->place[i] = 3;
+        else if (m == 12 || m == 15) {
+            c->place[i] = 1;
+            c->host[i] = m == 15 ? BO : (int)(u8(r) % NBUF);
+            c->offset[i] = u8(r);
+        } else {
+            c->place[i] = 0;
+            c->offset[i] = p / 16; /* misalignment in floats */
+        }
+        /* Garbage only where the call ignores the pointer: g without a
+         * gate, z without a normaliser. */
+        const int ignorable = (i == BG && !c->used[BG]) ||
+                              (i == BZ && (delta || f->normalize == 0));
+        if (c->place[i] == 3 && !ignorable)
+            c->place[i] = c->used[i] ? 0 : 2;
+        /* An unused state is a NULL state. */
+        if ((i == BS || i == BZ) && !c->used[i] && c->place[i] != 3)
+            c->place[i] = 2;
+    }
+    /* A NULL state in a forward call is no state. */
+    if (!step)
+        for (int i = BS; i <= BZ; i++)
+            if (c->used[i] && c->place[i] == 2)
+                c->used[i] = 0;
+    /* An alias of a buffer that is itself not allocated gets its own. */
+    for (int i = 0; i < NBUF; i++)
+        if (c->place[i] == 1 && (c->host[i] == i || c->place[c->host[i]] != 0))
+            c->place[i] = 0;
+}
+
+/* ---- contract model ---------------------------------------------------- */
+
+static void mark_layouts_bad(call *c)
+{
+    const linattn_config *f = &c->cfg;
+    const int step = c->kind == KIND_STEP || c->kind == KIND_DELTA_STEP;
+    if (f->batch < 1 || f->heads < 1 || f->dk < 1 || f->dv < 1 || (!step && f->seq_len < 1))
+        c->layout_bad = 1;
+    if (!(c->qk_heads >= 1 && f->heads >= 1 && f->heads % c->qk_heads == 0))
+        c->layout_bad = 1;
+    for (int b = 0; b < NBUF; b++)
+        if (c->used[b] && extent_of(&c->lay[b]).bad)
+            c->layout_bad = 1;
+    /* The state's byte count, given or not. */
+    if (!c->layout_bad &&
+        smul(smul(smul(f->batch, f->heads), smul(f->dk, f->dv)), 4) > INT64_MAX)
+        c->layout_bad = 1;
+    if (c->layout_bad)
+        fail_reason(c, "bad shape or stride");
+}
+
+/* The config checks that need no memory. */
+static void config_rules(call *c)
+{
+    const linattn_config *f = &c->cfg;
+    const int step = c->kind == KIND_STEP || c->kind == KIND_DELTA_STEP;
+    const int delta = c->kind >= KIND_DELTA_FORWARD;
+    if (c->cfg_null)
+        fail_reason(c, "cfg NULL");
+    if (f->struct_size < V01_SIZE)
+        fail_reason(c, "struct_size");
+    if (f->struct_size != sizeof *f && f->struct_size != V01_SIZE)
+        c->ambiguous = 1;
+    if ((unsigned)f->phi > LINATTN_PHI_IDENTITY || (unsigned)f->gate > LINATTN_GATE_CHANNEL ||
+        (unsigned)f->algo > LINATTN_ALGO_RECURRENT || (unsigned)c->head_map > LINATTN_HEADS_TILED)
+        fail_reason(c, "enum");
+    if (!(f->eps >= 0) || !isfinite(f->eps) || !isfinite(f->scale))
+        fail_reason(c, "eps/scale");
+    if (f->chunk < 0) {
+        if (!step)
+            fail_reason(c, "chunk");
+        c->ambiguous = 1;
+    }
+    if ((f->causal != 0 && f->causal != 1) || (f->normalize != 0 && f->normalize != 1) ||
+        (c->qk_l2norm != 0 && c->qk_l2norm != 1) || f->num_threads < 0)
+        c->ambiguous = 1;
+    if (!step && f->gate != LINATTN_GATE_NONE && f->causal == 0)
+        fail_reason(c, "gate with causal = 0");
+    if (step && f->causal != 1)
+        c->ambiguous = 1;
+    if (delta && (f->normalize != 0 || f->causal != 1)) {
+        if (!step)
+            fail_reason(c, "delta needs normalize 0, causal 1");
+        c->ambiguous = 1;
+    }
+    /* Required pointers. */
+    for (int b = 0; b < NBUF; b++)
+        if (c->used[b] && c->place[b] >= 2)
+            fail_reason(c, "NULL pointer");
+    const int state_pair = !delta && !step && f->normalize == 1;
+    if (state_pair && c->used[BS] != c->used[BZ])
+        fail_reason(c, "s and z not a pair");
+    if (step && (!c->used[BS] || (!delta && f->normalize == 1 && !c->used[BZ])))
+        fail_reason(c, "step without state");
+    /* Unused pointers: NULL, or garbage that must not be touched. An unused
+     * g is documented as NULL, so anything else there may be refused. */
+    if (!c->used[BG] && c->place[BG] != 2)
+        c->ambiguous = 1;
+}
+
+/* ---- memory model for real mode ---------------------------------------- */
+
+enum { M_IN = 1, M_O = 2, M_OO = 4, M_S = 8, M_Z = 16 };
+
+typedef struct {
+    alloc *a;
+    uint8_t bit;
+    int64_t base;
+} mark_ctx;
+
+static void mark_one(void *p, int64_t off, const int64_t idx[4])
+{
+    (void)idx;
+    mark_ctx *m = p;
+    uint8_t *x = &m->a->marks[m->base + off];
+    if (m->bit == M_O && (*x & M_O))
+        *x |= M_OO;
+    *x |= m->bit;
+}
+
+/* ---- the check --------------------------------------------------------- */
+
+static alloc allocs[NBUF];
+static _Alignas(64) uint8_t cfg_block[sizeof(linattn_config) + 64];
+
+static const char *last_error_text(void)
+{
+    return linattn_last_error ? linattn_last_error() : NULL;
+}
+
+static linattn_status invoke(const call *c, const linattn_config *cfg)
+{
+    float *const *p = c->ptr;
+    switch (c->kind) {
+    case KIND_FORWARD: return linattn_forward(cfg, p[BQ], p[BK], p[BV], p[BG], p[BO], p[BS], p[BZ]);
+    case KIND_STEP: return linattn_step(cfg, p[BQ], p[BK], p[BV], p[BG], p[BO], p[BS], p[BZ]);
+    case KIND_DELTA_FORWARD:
+        return linattn_delta_forward(cfg, p[BQ], p[BK], p[BV], p[BG], p[BBETA], p[BO], p[BS]);
+    default: return linattn_delta_step(cfg, p[BQ], p[BK], p[BV], p[BG], p[BBETA], p[BO], p[BS]);
+    }
+}
+
+/* Gate and beta values the call reads must be finite, <= 0 and in [0, 2]. */
+typedef struct {
+    const float *p;
+    int bad, nonfinite;
+    int beta;
+} value_ctx;
+
+static void check_value(void *p, int64_t off, const int64_t idx[4])
+{
+    (void)idx;
+    value_ctx *v = p;
+    const float x = v->p[off];
+    if (v->beta ? !(x >= 0.0f && x <= 2.0f) : !(x <= 0.0f && x >= -FLT_MAX))
+        v->bad = 1;
+    if (!isfinite(x))
+        v->nonfinite = 1;
+}
+
+static void finite_input(void *p, int64_t off, const int64_t idx[4])
+{
+    (void)idx;
+    value_ctx *v = p;
+    if (!isfinite(v->p[off]))
+        v->nonfinite = 1;
+}
+
+/* Gathers the (b, h) problem into dense token-major arrays and compares. */
+typedef struct {
+    const call *c;
+    double gamma;
+} cmp_ctx;
+
+static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out, const float *z_out,
+                         int state_written)
+{
+    const linattn_config *f = &c->cfg;
+    const int64_t T = c->T, dk = f->dk, dv = f->dv, H = f->heads, QH = c->qk_heads;
+    const int delta = c->kind >= KIND_DELTA_FORWARD;
+    const int64_t hq = c->head_map == LINATTN_HEADS_TILED ? h % QH : h / (H / QH);
+    float *q = malloc(sizeof(float) * (size_t)(T * dk)), *k = malloc(sizeof(float) * (size_t)(T * dk));
+    float *v = malloc(sizeof(float) * (size_t)(T * dv)), *g = malloc(sizeof(float) * (size_t)(T * dk));
+    float *beta = malloc(sizeof(float) * (size_t)T);
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t i = 0; i < dk; i++) {
+            q[t * dk + i] = c->ptr[BQ][b * f->q.batch + hq * f->q.head + t * f->q.token + i];
+            k[t * dk + i] = c->ptr[BK][b * f->k.batch + hq * f->k.head + t * f->k.token + i];
+            if (c->used[BG]) {
+                const layout *l = &c->lay[BG];
+                const int64_t off = b * l->st[0] + h * l->st[1] +
+                                    (f->gate == LINATTN_GATE_HEAD ? 0 : t * l->st[2]) +
+                                    (f->gate == LINATTN_GATE_CHANNEL ? i : 0);
+                g[t * dk + i] = c->ptr[BG][off];
+            }
+        }
+        for (int64_t j = 0; j < dv; j++)
+            v[t * dv + j] = c->ptr[BV][b * f->v.batch + h * f->v.head + t * f->v.token + j];
+        if (delta)
+            beta[t] = c->ptr[BBETA][b * c->beta.batch + h * c->beta.head + t * c->beta.token];
+    }
+    /* The initial state is the snapshot taken before the call. */
+    const float *s0 = NULL, *z0 = NULL;
+    if (c->used[BS])
+        s0 = (const float *)allocs[c->host[BS]].before + c->offset[BS] + (b * H + h) * dk * dv;
+    if (c->used[BZ])
+        z0 = (const float *)allocs[c->host[BZ]].before + c->offset[BZ] + (b * H + h) * dk;
+
+    const ref_cfg rc = {delta, f->causal != 0 || c->kind == KIND_STEP, !delta && f->normalize == 1,
+                        f->phi, c->used[BG], c->qk_l2norm == 1, T, dk, dv, f->scale, f->eps};
+    const ref_in in = {q, k, v, c->used[BG] ? g : NULL, beta, s0, z0};
+    ref_num *ro = malloc(sizeof(ref_num) * (size_t)(T * dv)), *rd = malloc(sizeof(ref_num) * (size_t)T);
+    ref_num *rs = malloc(sizeof(ref_num) * (size_t)(dk * dv)), *rz = malloc(sizeof(ref_num) * (size_t)dk);
+    ref_out out = {ro, rc.normalize ? rd : NULL, rs, rc.normalize ? rz : NULL, 0, 0};
+    ref_head(&rc, &in, &out);
+
+    if (!out.overflow) {
+        const double u = FLT_EPSILON;
+        const double gamma = (delta ? 64 : 16) * (double)(T + dk + dv + 16) * u + 4 * u * out.gate_sum;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < dv; j++) {
+                const float got = c->ptr[BO][b * f->o.batch + h * f->o.head + t * f->o.token + j];
+                const ref_num n = ro[t * dv + j];
+                const double en = gamma * n.a + n.m;
+                double ref = n.v, tol = 2 * en;
+                if (rc.normalize) {
+                    const ref_num d = rd[t];
+                    const double ed = gamma * d.a + d.m;
+                    if (!(fabs(d.v) > 4 * ed) || fabs(d.v) < 1e-30)
+                        continue; /* the normaliser's sign is not determined in fp32 */
+                    ref = n.v / d.v;
+                    tol = 2 * (en + fabs(ref) * ed) / (fabs(d.v) - ed);
+                }
+                if (fabs(ref) > 1e30)
+                    continue;
+                if (!(fabs((double)got - ref) <= tol + 1e-37)) {
+                    char where[96];
+                    snprintf(where, sizeof where, "o[b=%lld,h=%lld,t=%lld,%lld]", (long long)b,
+                             (long long)h, (long long)t, (long long)j);
+                    fprintf(stderr, "\n(tolerance %g, gate sum %g)", tol, out.gate_sum);
+                    fuzz_fail(c, "%s = %.9g, reference %.9g", where, got, ref);
+                }
+            }
+        if (state_written) {
+            for (int64_t i = 0; i < dk * dv; i++) {
+                const double tol = 2 * (gamma * rs[i].a + rs[i].m) + 1e-37;
+                if (!(fabs((double)s_out[i] - rs[i].v) <= tol)) {
+                    char where[96];
+                    snprintf(where, sizeof where, "s[b=%lld,h=%lld][%lld]", (long long)b, (long long)h,
+                             (long long)i);
+                    fuzz_fail(c, "%s = %.9g, reference %.9g", where, s_out[i], rs[i].v);
+                }
+            }
+            if (rc.normalize && z_out)
+                for (int64_t i = 0; i < dk; i++) {
+                    const double tol = 2 * (gamma * rz[i].a + rz[i].m) + 1e-37;
+                    if (!(fabs((double)z_out[i] - rz[i].v) <= tol)) {
+                        char where[96];
+                        snprintf(where, sizeof where, "z[b=%lld,h=%lld][%lld]", (long long)b,
+                                 (long long)h, (long long)i);
+                        fuzz_fail(c, "%s = %.9g, reference %.9g", where, z_out[i], rz[i].v);
+                    }
+                }
+        }
+    }
+    free(q), free(k), free(v), free(g), free(beta), free(ro), free(rd), free(rs), free(rz);
+}
+
+static int run(const uint8_t *data, size_t size)
+{
+    reader r = {data, size, 0};
+    call c;
+    decode(&r, &c);
+    const uint64_t seed = u64(&r);
+    unsigned regime[NBUF];
+    for (int i = 0; i < NBUF; i++)
+        regime[i] = u8(&r);
+
+    const int delta = c.kind >= KIND_DELTA_FORWARD;
+    if (delta && !(linattn_delta_forward && linattn_delta_step))
+        return 0; /* not in this library yet */
+    const linattn_config *f = &c.cfg;
+
+    mark_layouts_bad(&c);
+    config_rules(&c);
+
+    /* Sizes: real mode when everything fits, small mode for bad layouts. */
+    int64_t need[NBUF] = {0};
+    int64_t total = 0;
+    int fits = 1;
+    wide work = 0;
+    if (!c.layout_bad) {
+        work = smul(smul(f->batch, f->heads), smul(c.T, smul(f->dk, f->dv) + f->dk + f->dv));
+        for (int b = 0; b < NBUF; b++)
+            if (c.used[b] && count_of(&c.lay[b]) > WORK)
+                fits = 0;
+        if (work > WORK)
+            fits = 0;
+    }
+    for (int b = 0; b < NBUF && fits; b++) {
+        if (!c.used[b] || c.place[b] >= 2)
+            continue;
+        const extent e = extent_of(&c.lay[b]);
+        if (e.bad || e.ext > BUDGET) {
+            fits = 0;
+            break;
+        }
+        const int h = c.place[b] == 1 ? c.host[b] : b;
+        if (c.place[b] == 0)
+            c.host[b] = b;
+        const int64_t end = (c.place[b] == 1 ? c.offset[b] : 0) + e.ext;
+        if (end > need[h])
+            need[h] = end;
+    }
+    if (fits)
+        for (int b = 0; b < NBUF; b++)
+            total += need[b];
+    if (!fits || total > BUDGET) {
+        if (!c.layout_bad)
+            return 0; /* valid but too big to back with memory here */
+        fits = 0;
+    }
+
+    /* Allocations: each own buffer, grown to cover its aliases. */
+    for (int b = 0; b < NBUF; b++) {
+        alloc *a = &allocs[b];
+        memset(a, 0, sizeof *a);
+        const int own = c.place[b] == 0 || (c.place[b] == 1 && !fits);
+        if (!own && !(fits && need[b] > 0))
+            continue;
+        if (!fits) {
+            c.host[b] = b;
+            c.offset[b] = 0;
+            const extent e = extent_of(&c.lay[b]);
+            a->n = !e.bad && e.ext <= 4096 ? e.ext : SMALL;
+        } else {
+            a->n = need[b] > 0 ? need[b] : 1;
+        }
+        a->pad = c.place[b] == 0 ? c.offset[b] : 0;
+        a->pool = b == BG ? POOL_GATE : b == BBETA ? POOL_BETA : POOL_GENERAL;
+        a->regime = regime[b];
+        a->seed = seed + (uint64_t)b * 0x1000193u;
+        alloc_make(a);
+    }
+    for (int b = 0; b < NBUF; b++) {
+        if (c.place[b] == 2)
+            c.ptr[b] = NULL;
+        else if (c.place[b] == 3)
+            c.ptr[b] = (float *)(uintptr_t)64; /* must never be touched */
+        else if (!fits || c.place[b] == 0)
+            c.ptr[b] = allocs[b].block ? allocs[b].data : NULL;
+        else
+            c.ptr[b] = allocs[c.host[b]].data + c.offset[b];
+        if (!fits && c.place[b] < 2)
+            c.host[b] = b, c.offset[b] = 0;
+        if (c.place[b] == 0)
+            c.host[b] = b, c.offset[b] = 0;
+        /* A buffer the call ignores and that has no memory: NULL. */
+        if (c.place[b] < 2 && c.ptr[b] == NULL)
+            c.place[b] = 2;
+    }
+    /* Unused s/z: pass NULL (the state-pair rules are about these). */
+    for (int b = BS; b <= BZ; b++)
+        if (!c.used[b] && c.place[b] != 3)
+            c.ptr[b] = NULL;
+
+    int finite_inputs = 1;
+    if (fits) {
+        /* Marks: who uses each float, and the overlap rules. */
+        for (int b = 0; b < NBUF; b++) {
+            if (!c.used[b] || c.place[b] >= 2)
+                continue;
+            mark_ctx m = {&allocs[c.host[b]], b == BO ? M_O : b == BS ? M_S : b == BZ ? M_Z : M_IN,
+                          c.ptr[b] - allocs[c.host[b]].data};
+            each(&c.lay[b], mark_one, &m);
+        }
+        for (int b = 0; b < NBUF; b++) {
+            const alloc *a = &allocs[b];
+            if (!a->block)
+                continue;
+            uint8_t seen = 0;
+            for (int64_t i = 0; i < a->n; i++) {
+                const uint8_t x = a->marks[i];
+                if ((x & M_OO) || ((x & M_O) && (x & (M_IN | M_S | M_Z))) ||
+                    ((x & M_S) && (x & (M_IN | M_Z))) || ((x & M_Z) && (x & M_IN)))
+                    fail_reason(&c, "overlap");
+                seen |= x;
+            }
+            /* An output sharing an allocation: a rule on address ranges
+             * may refuse it even where no element collides. */
+            const int kinds = !!(seen & M_IN) + !!(seen & M_O) + !!(seen & M_S) + !!(seen & M_Z);
+            if (kinds > 1 && (seen & (M_O | M_S | M_Z)))
+                c.ambiguous = 1;
+        }
+
+        /* o's self-overlap: the library may use a conservative rule. */
+        {
+            const layout *l = &c.lay[BO];
+            int64_t st[4], n[4];
+            int m = 0;
+            for (int i = 0; i < 4; i++)
+                if (l->n[i] > 1) {
+                    int j = m++;
+                    for (; j > 0 && st[j - 1] > l->st[i]; j--)
+                        st[j] = st[j - 1], n[j] = n[j - 1];
+                    st[j] = l->st[i], n[j] = l->n[i];
+                }
+            int64_t inner = 1;
+            for (int i = 0; i < m; i++) {
+                if (st[i] < inner)
+                    c.ambiguous = 1;
+                inner += (n[i] - 1) * st[i];
+            }
+        }
+        /* Gate and beta values; finiteness of the inputs. */
+        for (int b = 0; b < NBUF; b++) {
+            if (!c.used[b] || c.place[b] >= 2)
+                continue;
+            value_ctx v = {c.ptr[b], 0, 0, b == BBETA};
+            each(&c.lay[b], b == BG || b == BBETA ? check_value : finite_input, &v);
+            if ((b == BG || b == BBETA) && v.bad)
+                fail_reason(&c, b == BG ? "gate value" : "beta value");
+            if (v.nonfinite)
+                finite_inputs = 0;
+        }
+    }
+
+    /* The config as the caller's memory holds it: poisoned past struct_size. */
+    memset(cfg_block, 0, sizeof cfg_block);
+    memcpy(cfg_block, f, sizeof *f);
+    size_t covered = sizeof cfg_block;
+    if (f->struct_size < sizeof *f) {
+        covered = f->struct_size > V01_SIZE ? f->struct_size : V01_SIZE;
+        covered = (covered + 7) / 8 * 8;
+        POISON(cfg_block + covered, sizeof cfg_block - covered);
+    }
+    const linattn_config *cfgp = c.cfg_null ? NULL : (const linattn_config *)cfg_block;
+
+    const linattn_status st = invoke(&c, cfgp);
+
+    UNPOISON(cfg_block, sizeof cfg_block);
+    if (memcmp(cfg_block, f, sizeof *f) != 0)
+        fuzz_fail(&c, "%s", "the config changed", 0, 0);
+    for (int b = 0; b < NBUF; b++) {
+        alloc *a = &allocs[b];
+        if (!a->block)
+            continue;
+        alloc_unpoison(a);
+        const size_t front = GUARD + (size_t)a->pad * 4;
+        for (size_t i = 0; i < alloc_bytes(a); i++)
+            if ((i < front || i >= front + (size_t)a->n * 4) && a->block[i] != GUARD_BYTE)
+                fuzz_fail(&c, "guard bytes around %s overwritten (byte %g)", buf_names[b], (double)i, 0);
+    }
+    const char *msg = last_error_text();
+
+    if (c.must_fail && st == LINATTN_OK)
+        fuzz_fail(&c, "returned OK, expected a failure: %s", c.why, 0, 0);
+    if (!c.must_fail && !c.ambiguous && fits && st != LINATTN_OK)
+        fuzz_fail(&c, "a valid call failed with status %s (%g)", linattn_strerror(st), (double)st, 0);
+    if (linattn_last_error) {
+        if (msg == NULL)
+            fuzz_fail(&c, "%s", "linattn_last_error() returned NULL", 0, 0);
+        if ((st == LINATTN_OK) != (strcmp(msg, "success") == 0))
+            fuzz_fail(&c, "linattn_last_error() says \"%s\" after status %g", msg, (double)st, 0);
+    }
+
+    if (st != LINATTN_OK) {
+        for (int b = 0; b < NBUF; b++) {
+            const alloc *a = &allocs[b];
+            if (a->block && memcmp(a->before, a->data, (size_t)a->n * 4) != 0)
+                fuzz_fail(&c, "memory of %s changed after a failure (status %g)", buf_names[b],
+                          (double)st, 0);
+        }
+    } else if (fits) {
+        /* Nothing but the outputs changed. */
+        for (int b = 0; b < NBUF; b++) {
+            const alloc *a = &allocs[b];
+            if (!a->block)
+                continue;
+            const float *was = (const float *)a->before;
+            for (int64_t i = 0; i < a->n; i++)
+                if (!(a->marks[i] & (M_O | M_S | M_Z)) && memcmp(&was[i], &a->data[i], 4) != 0)
+                    fuzz_fail(&c, "float %s+%g changed but is no output", buf_names[b], (double)i, 0);
+        }
+        const wide ref_work =
+            smul(smul(f->batch, f->heads), smul(c.T, smul(f->dk, f->dv) + f->dk + f->dv));
+        if (finite_inputs && ref_work <= REF_WORK && !c.ambiguous)
+            for (int64_t b = 0; b < f->batch; b++)
+                for (int64_t h = 0; h < f->heads; h++) {
+                    const float *s_out = c.used[BS] ? c.ptr[BS] + (b * f->heads + h) * f->dk * f->dv : NULL;
+                    const float *z_out = c.used[BZ] ? c.ptr[BZ] + (b * f->heads + h) * f->dk : NULL;
+                    compare_head(&c, b, h, s_out, z_out, c.used[BS]);
+                }
+        /* The same bits with one thread. */
+        if (f->num_threads != 1 && ref_work <= WORK / 4) {
+            uint8_t *after[NBUF] = {0};
+            for (int b = 0; b < NBUF; b++) {
+                alloc *a = &allocs[b];
+                if (!a->block)
+                    continue;
+                after[b] = malloc((size_t)a->n * 4 + 1);
+                memcpy(after[b], a->data, (size_t)a->n * 4);
+                memcpy(a->data, a->before, (size_t)a->n * 4);
+            }
+            linattn_config one = *f;
+            one.num_threads = 1;
+            memcpy(cfg_block, &one, sizeof one);
+            const linattn_status st1 = invoke(&c, (const linattn_config *)cfg_block);
+            if (st1 != LINATTN_OK)
+                fuzz_fail(&c, "num_threads = 1 gives status %s", linattn_strerror(st1), 0, 0);
+            for (int b = 0; b < NBUF; b++) {
+                const alloc *a = &allocs[b];
+                if (after[b] && memcmp(after[b], a->data, (size_t)a->n * 4) != 0)
+                    fuzz_fail(&c, "%s differs between num_threads %g and 1", buf_names[b],
+                              (double)f->num_threads, 0);
+                free(after[b]);
+            }
+        }
+    }
+    for (int b = 0; b < NBUF; b++)
+        alloc_free(&allocs[b]);
+    return 0;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    /* A forced table that cannot run here would make every call E_ISA. */
+    linattn_config cfg;
+    linattn_config_init(&cfg, 1, 1, 1, 1, 1);
+    float x[4] = {0};
+    if (linattn_forward(&cfg, x, x, x, NULL, x + 1, NULL, NULL) == LINATTN_E_ISA) {
+        const char *env = getenv("LINATTN_ISA");
+        fprintf(stderr, "fuzz_call: LINATTN_ISA=%s cannot run here\n", env ? env : "");
+        exit(77);
+    }
+    fprintf(stderr, "fuzz_call: table %s%s%s\n", linattn_isa_name(linattn_get_isa()),
+            linattn_delta_forward ? "" : ", delta rule not in this library (skipped)",
+            linattn_last_error ? "" : ", no linattn_last_error (skipped)");
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { return run(data, size); }

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of fuzz_call (tests/fuzz/corpus/): one small file
+per kind of call worth starting from. The byte layout mirrors decode() in
+fuzz_call.c; a byte 0 is always the ordinary choice.
+
+    python3 tests/fuzz/make-corpus.py [DIR]      (default: tests/fuzz/corpus)
+"""
+import os
+import struct
+import sys
+
+KINDS = {"forward": 0, "step": 1, "delta_forward": 2, "delta_step": 3}
+GATES = {"none": 0, "head": 1, "token": 2, "channel": 3}
+PHIS = {"elu1": 0, "relu": 1, "identity": 2}
+ALGOS = {"auto": 0, "chunked": 1, "recurrent": 2}
+EPS = {1e-6: 0, 0.0: 1, 1e-3: 2, 1.0: 3, "nan": 7, "inf": 8, "neg": 6}
+SCALE = {1.0: 0, 0.125: 1, 0.0: 2, -1.0: 3, "huge": 5, "nan": 8, "inf": 9}
+# hostile dimension bytes (pick_dim): 240 + index
+DIM_HOSTILE = {0: 240, -1: 241, 2**31: 244, 2**32: 245, 2**26: 246, 2**34: 247,
+               65536: 250, 200: 251, 1000: 252}
+THREADS = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, -1: 200, 2**31 - 1: 201, 100000: 203, 64: 204}
+CHUNK_HOSTILE = {-1: 200, 2**63 - 1: 202, 2**34: 203, 1000: 205}
+# buffer order in fuzz_call.c
+BUFS = ["q", "k", "v", "g", "beta", "o", "s", "z"]
+STRIDES = {"contig": 0, "bthd": 3, "padded": 4, "broadcast": 5, "garbage_token": 6,
+           "hostile": 7}
+
+
+def dim(x, ordinary):
+    if x in DIM_HOSTILE:
+        return [DIM_HOSTILE[x]]
+    assert 1 <= x <= ordinary
+    return [x - 1]
+
+
+def strides(mode, extra=()):
+    out = [STRIDES[mode]]
+    if mode == "padded":
+        out += list(extra) or [1, 2, 1]
+    elif mode == "broadcast":
+        out += list(extra) or [2]          # bit 1: head stride 0
+    elif mode == "garbage_token":
+        out += list(extra) or [0xFF] * 8   # token stride -1
+    elif mode == "hostile":
+        out += list(extra) or [2, 0, 0, 0, 0, 0, 0, 0, 0] * 3  # -1 each (u64 unused)
+    return out
+
+
+def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
+         algo="auto", causal=1, normalize=None, eps=1e-6, scale=1.0, chunk=0,
+         threads=1, qk_heads_byte=0, head_map=0, l2_flip=0, struct_byte=0,
+         cfg_null=False, q="contig", k="contig", v="contig", o="contig", g="contig",
+         beta="contig", k_same_as_q=False, state_byte=0, place=None, seed=1,
+         regimes=None, raw_dims=None, g_head_byte=0, q_extra=(), o_extra=()):
+    b = [KINDS[kind]]
+    if raw_dims:
+        b += raw_dims
+    else:
+        b += dim(B, 3) + dim(H, 4) + dim(T, 48) + dim(dk, 16) + dim(dv, 16)
+    b += [PHIS[phi], GATES[gate], ALGOS[algo]]
+    b += [0 if causal else 3]
+    b += [2 if normalize is not None and normalize != (kind in ("forward", "step")) else 0]
+    b += [EPS[eps], SCALE[scale]]
+    b += [CHUNK_HOSTILE[chunk] if chunk in CHUNK_HOSTILE else chunk]
+    b += [THREADS[threads]]
+    b += [qk_heads_byte, head_map, 3 if l2_flip else 0, struct_byte]
+    if struct_byte == 14:
+        b += [40]  # struct_size 40
+    b += [255 if cfg_null else 0]
+    b += strides(q, q_extra)
+    if k_same_as_q:
+        b += [3]
+    else:
+        b += [0] + strides(k)[0:1] if k == "contig" else [0] + strides(k)
+    b += strides(v) + strides(o, o_extra)
+    if gate == "head":
+        b += [g_head_byte]
+    else:
+        b += strides(g)
+    b += strides(beta)
+    b += [state_byte]
+    place = place or {}
+    for name in BUFS:
+        b += place.get(name, [0])
+    b += list(struct.pack(">Q", seed))
+    regimes = regimes or {}
+    b += [regimes.get(name, 0) for name in BUFS]
+    return bytes(b)
+
+
+def seeds():
+    s = {}
+    for kind in KINDS:
+        for gate in GATES:
+            s[f"{kind}-{gate}"] = call(kind=kind, gate=gate, H=3, T=24,
+                                       phi="identity" if "delta" in kind else "elu1")
+    s["forward-relu-noncausal"] = call(phi="relu", causal=0)
+    s["forward-identity-unnormalised"] = call(phi="identity", normalize=0, gate="token")
+    s["forward-chunked-long"] = call(B=1, H=1, T=200, dk=16, dv=16, algo="chunked",
+                                     gate="channel", threads=2)
+    s["forward-recurrent-long"] = call(B=1, H=1, T=200, algo="recurrent", gate="token",
+                                       threads=3)
+    s["forward-heads-threads"] = call(B=3, H=4, T=40, gate="head", threads=3)
+    s["forward-chunk-1"] = call(gate="token", chunk=1, algo="chunked")
+    s["forward-chunk-odd"] = call(gate="channel", chunk=7, algo="chunked", T=30)
+    s["forward-chunk-huge"] = call(gate="token", chunk=2**63 - 1, algo="chunked")
+    s["forward-threads-intmax"] = call(threads=2**31 - 1, gate="token", algo="chunked")
+    s["step-threads-100000"] = call(kind="step", threads=100000, B=3, H=4)
+    s["forward-reset-gate"] = call(gate="token", algo="chunked", T=40,
+                                   regimes={"g": 2}, normalize=0, phi="identity")
+    s["forward-reset-channel"] = call(gate="channel", algo="chunked", T=40,
+                                      regimes={"g": 2}, normalize=0)
+    s["forward-strong-decay"] = call(gate="token", algo="chunked", T=48, regimes={"g": 1})
+    s["forward-flt-max-gate"] = call(gate="head", regimes={"g": 5}, algo="chunked")
+    s["forward-bad-gate-values"] = call(gate="token", regimes={"g": 6})
+    s["forward-eps-nan"] = call(eps="nan")
+    s["forward-scale-inf"] = call(scale="inf")
+    s["forward-chunk-negative"] = call(chunk=-1)
+    s["forward-struct-v01"] = call(struct_byte=10, qk_heads_byte=200)   # garbage qk_heads
+    s["forward-struct-small"] = call(struct_byte=14)
+    s["forward-grouped-heads"] = call(H=4, qk_heads_byte=2, gate="token")
+    s["forward-tiled-heads"] = call(H=4, qk_heads_byte=2, head_map=1, gate="channel")
+    s["forward-qk-l2norm"] = call(l2_flip=1, gate="token")
+    s["forward-k-aliases-q"] = call(place={"k": [12, 0, 0]})
+    s["forward-o-over-q"] = call(place={"q": [15, 0]})
+    s["forward-s-over-v"] = call(place={"s": [12, 2, 3]})
+    s["forward-misaligned"] = call(place={n: [16 * (i + 1) + 1] for i, n in enumerate(BUFS)})
+    s["forward-bthd"] = call(q="bthd", k="bthd", v="bthd", o="bthd", gate="token", H=4)
+    s["forward-padded"] = call(q="padded", v="padded", o="padded", gate="channel",
+                               g="padded")
+    s["forward-mqa"] = call(k="broadcast", v="broadcast", H=4)
+    s["forward-negative-stride"] = call(q="hostile")
+    s["forward-o-self-overlap"] = call(o="broadcast", o_extra=[4])  # token stride 0
+    s["forward-null-q"] = call(place={"q": [13]})
+    s["forward-state-null"] = call(state_byte=1, gate="token")
+    s["forward-state-unpaired"] = call(state_byte=240)
+    s["forward-values-huge"] = call(regimes={"q": 4, "k": 4, "v": 4})
+    s["forward-values-tiny"] = call(regimes={"q": 5, "k": 5, "v": 5, "s": 5}, phi="identity",
+                                    normalize=0)
+    s["forward-values-nan"] = call(regimes={"v": 6, "q": 6})
+    s["forward-values-inf"] = call(regimes={"k": 7}, gate="channel")
+    s["forward-values-mixed"] = call(regimes={"q": 8, "k": 8, "v": 8, "s": 8, "z": 8})
+    s["forward-unnormalised-garbage-z"] = call(normalize=0, place={"z": [14]})
+    s["forward-huge-state"] = call(dk=2**31, dv=2**31, state_byte=1)
+    s["forward-huge-seq"] = call(T=2**34, chunk=2**34, dk=2**26, q="broadcast",
+                                 q_extra=[7], state_byte=1)
+    s["forward-zero-dims"] = call(B=0)
+    s["forward-cfg-null"] = call(cfg_null=True)
+    s["step-garbage-seq-len"] = call(kind="step", T=-1, q="garbage_token", v="garbage_token",
+                                     o="garbage_token", gate="token")
+    s["step-step-shaped"] = call(kind="step", T=2**34, gate="channel")
+    s["step-no-state"] = call(kind="step", state_byte=1)
+    s["delta-forward-beta-edges"] = call(kind="delta_forward", gate="token",
+                                         regimes={"beta": 2}, phi="identity")
+    s["delta-forward-beta-invalid"] = call(kind="delta_forward", regimes={"beta": 3})
+    s["delta-forward-normalize"] = call(kind="delta_forward", normalize=1)
+    s["delta-forward-long"] = call(kind="delta_forward", B=1, H=1, T=200, gate="channel",
+                                   algo="chunked", threads=2, phi="identity")
+    s["delta-step-grouped"] = call(kind="delta_step", H=4, qk_heads_byte=2, gate="token")
+    return s
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "corpus")
+    os.makedirs(out, exist_ok=True)
+    for name, data in seeds().items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+    print(f"{len(seeds())} seeds in {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+#!/bin/sh
+# Fuzzes whole linattn calls (tests/fuzz/fuzz_call.c) under AddressSanitizer
+# and UBSan, SECONDS per kernel table this CPU can run (default 60: the CI
+# budget; a longer hunt is e.g. `sh scripts/fuzz.sh 3600`).
+#   sh scripts/fuzz.sh [SECONDS] [BUILD_DIR]      (default 60 build-fuzz)
+# Needs clang and libomp-dev (scripts/install-deps.sh --test). Findings are
+# written as crash-*/leak-*/timeout-* files in the build directory; replay
+# one with  BUILD_DIR/tests/fuzz/fuzz_call FILE  (or fuzz_replay in a normal
+# build). The corpus grown by a run stays in BUILD_DIR/fuzz-corpus-ISA; the
+# checked-in seeds are tests/fuzz/corpus (tests/fuzz/make-corpus.py).
+set -eu
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+dir=${2:-build-fuzz}
+
+# libFuzzer's coverage in every object, the fuzzer's main in fuzz_call.
+# OpenMP comes from libomp (clang's runtime). The SIMDe table is never
+# chosen through LINATTN_ISA, so it is left out here.
+opts="-Dfuzz=true -Dtests=false -Dsimde=disabled -Dbuildtype=debugoptimized
+      -Db_sanitize=address,undefined -Db_lundef=false
+      -Dc_args=-fsanitize=fuzzer-no-link"
+if [ -f "$dir/build.ninja" ]; then
+    # shellcheck disable=SC2086
+    CC=clang meson setup --reconfigure "$dir" $opts >/dev/null
+else
+    # shellcheck disable=SC2086
+    CC=clang meson setup "$dir" $opts >/dev/null
+fi
+ninja -C "$dir" tests/fuzz/fuzz_call
+
+fuzzer=$PWD/$dir/tests/fuzz/fuzz_call
+seeds=${FUZZ_SEEDS:-$PWD/tests/fuzz/corpus}
+status=0
+for isa in scalar avx2 avx512 neon; do
+    corpus=$PWD/$dir/fuzz-corpus-$isa
+    mkdir -p "$corpus"
+    log=$PWD/$dir/fuzz-$isa.log
+    set +e
+    (cd "$dir" && LINATTN_ISA=$isa \
+        ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        "$fuzzer" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+        -print_final_stats=1 "$corpus" "$seeds") >"$log" 2>&1
+    rc=$?
+    set -e
+    if grep -q 'cannot run here' "$log"; then
+        echo "fuzz $isa: not available on this CPU/build, skipped"
+        continue
+    fi
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+    speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+    cov=$(grep -E '^#[0-9]+.*(DONE|INITED|NEW|REDUCE|pulse)' "$log" | tail -n 1 |
+          sed -n 's/.*\(cov: [0-9]* ft: [0-9]*\).*/\1/p')
+    if [ $rc -eq 0 ]; then
+        grep "^fuzz_call: table" "$log" || true
+        echo "fuzz $isa: ${execs:-?} executions (${speed:-?}/s), $cov, no findings"
+    else
+        echo "fuzz $isa: FAILED (exit $rc) after ${execs:-?} executions; log: $log"
+        grep -E -A10 '^fuzz_call: [a-z_]+:|ERROR: AddressSanitizer|runtime error|ERROR: libFuzzer: (timeout|out-of-memory|fuzz target exited)' "$log" |
+            head -n 14
+        status=1
+    fi
+done
+exit $status

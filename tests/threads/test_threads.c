@@ -1,0 +1,301 @@
+/* Threads, as ThreadSanitizer runs them (scripts/tsan.sh); also part of the
+ * ordinary suite. Exits non-zero on the first failure.
+ *  1. The lazy dispatcher initialisation raced: the process's first linattn
+ *     calls come from several threads released at once.
+ *  2. num_threads 1, 2, 3 give the same bits, on every table this CPU has,
+ *     on the head-parallel path (B*H >= threads) and the sequence-parallel
+ *     one (B*H = 1, long T), for forward (chunked and recurrent, each gate
+ *     kind), step, and the delta rule when the library has it.
+ *  3. Calls from application threads while another thread switches the
+ *     table with linattn_set_isa: each result is bitwise the result of one
+ *     of the tables. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <linattn.h>
+
+#pragma weak linattn_delta_forward
+
+#define CHECK(cond, ...)                                                                  \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            fprintf(stderr, "test_threads: %s:%d: ", __FILE__, __LINE__);                \
+            fprintf(stderr, __VA_ARGS__);                                                 \
+            fputc('\n', stderr);                                                          \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+enum { MAX_ISA = LINATTN_ISA_NEON + 1, RACERS = 4 };
+
+typedef struct {
+    int64_t B, H, T, dk, dv;
+    linattn_gate gate;
+    linattn_algo algo;
+    int64_t chunk;
+    int delta;
+} shape;
+
+typedef struct {
+    float *q, *k, *v, *g, *beta;
+    size_t nqk, nv, ng, nbeta, ns, nz;
+} inputs;
+
+/* Inputs for a shape, deterministic. */
+static inputs make_inputs(const shape *sh)
+{
+    inputs in;
+    in.nqk = (size_t)(sh->B * sh->H * sh->T * sh->dk);
+    in.nv = (size_t)(sh->B * sh->H * sh->T * sh->dv);
+    in.ng = in.nqk;
+    in.nbeta = (size_t)(sh->B * sh->H * sh->T);
+    in.ns = (size_t)(sh->B * sh->H * sh->dk * sh->dv);
+    in.nz = (size_t)(sh->B * sh->H * sh->dk);
+    in.q = malloc(in.nqk * sizeof(float));
+    in.k = malloc(in.nqk * sizeof(float));
+    in.v = malloc(in.nv * sizeof(float));
+    in.g = malloc(in.ng * sizeof(float));
+    in.beta = malloc(in.nbeta * sizeof(float));
+    uint32_t x = 12345;
+#define NEXT() (x = x * 1664525u + 1013904223u, (float)(x >> 8) / 16777216.0f) /* [0, 1) */
+    for (size_t i = 0; i < in.nqk; i++) {
+        in.q[i] = 2 * NEXT() - 1;
+        in.k[i] = 2 * NEXT() - 1;
+        in.g[i] = -NEXT();
+    }
+    for (size_t i = 0; i < in.nv; i++)
+        in.v[i] = 2 * NEXT() - 1;
+    for (size_t i = 0; i < in.nbeta; i++)
+        in.beta[i] = NEXT();
+#undef NEXT
+    return in;
+}
+
+static void free_inputs(inputs *in)
+{
+    free(in->q), free(in->k), free(in->v), free(in->g), free(in->beta);
+}
+
+/* o, then s, then z: one buffer so results compare with one memcmp. */
+typedef struct {
+    float *all;
+    size_t n;
+} result;
+
+static linattn_config config_for(const shape *sh, int threads)
+{
+    linattn_config cfg;
+    linattn_config_init(&cfg, sh->B, sh->H, sh->T, sh->dk, sh->dv);
+    linattn_config_set_gate(&cfg, sh->gate);
+    cfg.algo = sh->algo;
+    cfg.chunk = sh->chunk;
+    cfg.num_threads = threads;
+    if (sh->delta) {
+        cfg.normalize = 0;
+        cfg.qk_l2norm = 1;
+    }
+    return cfg;
+}
+
+static result run_forward(const shape *sh, const inputs *in, int threads)
+{
+    result r;
+    r.n = in->nv + in->ns + in->nz;
+    r.all = calloc(r.n, sizeof(float));
+    float *o = r.all, *s = o + in->nv, *z = s + in->ns;
+    const linattn_config cfg = config_for(sh, threads);
+    const float *g = sh->gate == LINATTN_GATE_NONE ? NULL : in->g;
+    const linattn_status st =
+        sh->delta ? linattn_delta_forward(&cfg, in->q, in->k, in->v, g, in->beta, o, s)
+                  : linattn_forward(&cfg, in->q, in->k, in->v, g, o, s, z);
+    CHECK(st == LINATTN_OK, "forward: %s", linattn_strerror(st));
+    return r;
+}
+
+/* Decode from a state that run_forward left: one step per (b, h). */
+static result run_step(const shape *sh, const inputs *in, int threads)
+{
+    result r = run_forward(sh, in, 1);
+    float *o = r.all, *s = o + in->nv, *z = s + in->ns;
+    linattn_config cfg = config_for(sh, threads);
+    /* the first token of each head, addressed by the batch and head strides */
+    const float *g = sh->gate == LINATTN_GATE_NONE ? NULL : in->g;
+    const linattn_status st = linattn_step(&cfg, in->q, in->k, in->v, g, o, s, z);
+    CHECK(st == LINATTN_OK, "step: %s", linattn_strerror(st));
+    return r;
+}
+
+static int same(const result *a, const result *b)
+{
+    return a->n == b->n && memcmp(a->all, b->all, a->n * sizeof(float)) == 0;
+}
+
+/* ---- 1. racing the lazy initialisation -------------------------------- */
+
+static pthread_barrier_t start;
+static const shape race_shape = {2, 2, 48, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_AUTO, 0, 0};
+static inputs race_in;
+static result race_out[RACERS];
+
+static void *racer(void *arg)
+{
+    const intptr_t i = (intptr_t)arg;
+    pthread_barrier_wait(&start);
+    race_out[i] = run_forward(&race_shape, &race_in, (int)(i % 3) + 1);
+    CHECK(linattn_get_isa() != LINATTN_ISA_AUTO, "get_isa returned AUTO");
+    return NULL;
+}
+
+static void race_first_call(void)
+{
+    race_in = make_inputs(&race_shape);
+    pthread_t th[RACERS];
+    pthread_barrier_init(&start, NULL, RACERS);
+    for (intptr_t i = 0; i < RACERS; i++)
+        pthread_create(&th[i], NULL, racer, (void *)i);
+    for (int i = 0; i < RACERS; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&start);
+    for (int i = 1; i < RACERS; i++)
+        CHECK(same(&race_out[0], &race_out[i]), "racing first calls disagree (%d)", i);
+    for (int i = 0; i < RACERS; i++)
+        free(race_out[i].all);
+    free_inputs(&race_in);
+    printf("first call from %d threads at once: same results on %s\n", RACERS,
+           linattn_isa_name(linattn_get_isa()));
+}
+
+/* ---- 2. thread counts -------------------------------------------------- */
+
+static int isas[MAX_ISA], nisa;
+
+static void thread_counts(void)
+{
+    const shape shapes[] = {
+        /* head-parallel: B*H = 6 >= threads */
+        {2, 3, 80, 16, 16, LINATTN_GATE_NONE, LINATTN_ALGO_CHUNKED, 16, 0},
+        {2, 3, 80, 16, 8, LINATTN_GATE_TOKEN, LINATTN_ALGO_CHUNKED, 0, 0},
+        {2, 3, 40, 8, 16, LINATTN_GATE_CHANNEL, LINATTN_ALGO_RECURRENT, 0, 0},
+        {2, 3, 40, 16, 16, LINATTN_GATE_HEAD, LINATTN_ALGO_AUTO, 0, 0},
+        /* sequence-parallel: one head, long T, several chunks per thread */
+        {1, 1, 1024, 16, 16, LINATTN_GATE_NONE, LINATTN_ALGO_CHUNKED, 32, 0},
+        {1, 1, 1024, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_CHUNKED, 64, 0},
+        {1, 1, 700, 8, 16, LINATTN_GATE_CHANNEL, LINATTN_ALGO_CHUNKED, 0, 0},
+        /* the delta rule */
+        {2, 3, 64, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_AUTO, 0, 1},
+        {1, 1, 512, 16, 16, LINATTN_GATE_CHANNEL, LINATTN_ALGO_CHUNKED, 0, 1},
+    };
+    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    int cases = 0;
+    for (int i = 0; i < nisa; i++) {
+        CHECK(linattn_set_isa((linattn_isa)isas[i]) == LINATTN_OK, "set_isa");
+        for (int j = 0; j < nshapes; j++) {
+            const shape *sh = &shapes[j];
+            if (sh->delta && !linattn_delta_forward)
+                continue;
+            inputs in = make_inputs(sh);
+            result one = run_forward(sh, &in, 1);
+            for (int nt = 2; nt <= 3; nt++) {
+                result r = run_forward(sh, &in, nt);
+                CHECK(same(&one, &r), "%s, shape %d: num_threads %d differs from 1",
+                      linattn_isa_name((linattn_isa)isas[i]), j, nt);
+                free(r.all);
+                cases++;
+            }
+            free(one.all);
+            if (!sh->delta && sh->B * sh->H > 1) {
+                result s1 = run_step(sh, &in, 1);
+                for (int nt = 2; nt <= 3; nt++) {
+                    result r = run_step(sh, &in, nt);
+                    CHECK(same(&s1, &r), "%s, shape %d: step with %d threads differs",
+                          linattn_isa_name((linattn_isa)isas[i]), j, nt);
+                    free(r.all);
+                    cases++;
+                }
+                free(s1.all);
+            }
+            free_inputs(&in);
+        }
+    }
+    CHECK(linattn_set_isa(LINATTN_ISA_AUTO) == LINATTN_OK, "set_isa(AUTO)");
+    printf("num_threads 2 and 3 bitwise equal to 1: %d cases over %d tables%s\n", cases, nisa,
+           linattn_delta_forward ? "" : " (delta rule not in this library)");
+}
+
+/* ---- 3. set_isa while other threads compute ---------------------------- */
+
+enum { WORKERS = 3, ROUNDS = 12 };
+static const shape switch_shape = {1, 3, 96, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_CHUNKED, 32, 0};
+static inputs switch_in;
+static result per_isa[MAX_ISA];
+static volatile int stop_switching; /* written before join: no race */
+static pthread_mutex_t stop_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *worker(void *arg)
+{
+    const intptr_t w = (intptr_t)arg;
+    for (int r = 0; r < ROUNDS; r++) {
+        result out = run_forward(&switch_shape, &switch_in, (int)(w % 2) + 1);
+        int match = 0;
+        for (int i = 0; i < nisa; i++)
+            match |= same(&out, &per_isa[i]);
+        CHECK(match, "worker %d round %d: result is no table's result", (int)w, r);
+        free(out.all);
+    }
+    return NULL;
+}
+
+static void *switcher(void *arg)
+{
+    (void)arg;
+    for (unsigned n = 0;; n++) {
+        pthread_mutex_lock(&stop_lock);
+        const int stop = stop_switching;
+        pthread_mutex_unlock(&stop_lock);
+        if (stop)
+            break;
+        CHECK(linattn_set_isa((linattn_isa)isas[n % (unsigned)nisa]) == LINATTN_OK, "set_isa");
+        CHECK(linattn_get_isa() != LINATTN_ISA_AUTO, "get_isa returned AUTO");
+    }
+    return NULL;
+}
+
+static void switch_while_computing(void)
+{
+    switch_in = make_inputs(&switch_shape);
+    for (int i = 0; i < nisa; i++) {
+        CHECK(linattn_set_isa((linattn_isa)isas[i]) == LINATTN_OK, "set_isa");
+        per_isa[i] = run_forward(&switch_shape, &switch_in, 1);
+    }
+    pthread_t sw, th[WORKERS];
+    pthread_create(&sw, NULL, switcher, NULL);
+    for (intptr_t w = 0; w < WORKERS; w++)
+        pthread_create(&th[w], NULL, worker, (void *)w);
+    for (int w = 0; w < WORKERS; w++)
+        pthread_join(th[w], NULL);
+    pthread_mutex_lock(&stop_lock);
+    stop_switching = 1;
+    pthread_mutex_unlock(&stop_lock);
+    pthread_join(sw, NULL);
+    CHECK(linattn_set_isa(LINATTN_ISA_AUTO) == LINATTN_OK, "set_isa(AUTO)");
+    for (int i = 0; i < nisa; i++)
+        free(per_isa[i].all);
+    free_inputs(&switch_in);
+    printf("%d threads x %d calls while another switches among %d tables: every result one "
+           "table's\n",
+           WORKERS, ROUNDS, nisa);
+}
+
+int main(void)
+{
+    race_first_call(); /* must be the process's first linattn calls */
+    for (int isa = LINATTN_ISA_SCALAR; isa <= LINATTN_ISA_NEON; isa++)
+        if (linattn_isa_available((linattn_isa)isa))
+            isas[nisa++] = isa;
+    thread_counts();
+    switch_while_computing();
+    return 0;
+}

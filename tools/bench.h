@@ -95,7 +95,6 @@ typedef struct {
     linattn_phi phi;
     int normalize;
     int qk_l2norm;
-    float scale;
     unsigned kernels;
 } bench_case;
 
@@ -124,6 +123,7 @@ void bench_data_free(bench_data *d);
 
 linattn_config bench_config(const bench_options *op, const bench_case *c, bench_kernel k,
                             bench_shape s);
+float bench_scale(const bench_case *c, bench_shape s);
 /* One call of kernel k of the case on d, output into o; dies on an error. */
 void bench_call(const bench_case *c, bench_kernel k, const linattn_config *cfg,
                 const bench_data *d, float *o);

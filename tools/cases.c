@@ -17,9 +17,12 @@ const char *const bench_phi_names[PHI_COUNT] = {"elu1", "relu", "identity"};
 linattn_gate bench_library_gate(bench_gate g)
 {
     static const linattn_gate map[G_COUNT] = {
-        [G_NONE] = LINATTN_GATE_NONE,       [G_HEAD] = LINATTN_GATE_HEAD,
-        [G_TOKEN] = LINATTN_GATE_TOKEN,     [G_CHANNEL] = LINATTN_GATE_CHANNEL,
-        [G_STRONG_TOKEN] = LINATTN_GATE_TOKEN, [G_STRONG_CHANNEL] = LINATTN_GATE_CHANNEL,
+        [G_NONE] = LINATTN_GATE_NONE,
+        [G_HEAD] = LINATTN_GATE_HEAD,
+        [G_TOKEN] = LINATTN_GATE_TOKEN,
+        [G_CHANNEL] = LINATTN_GATE_CHANNEL,
+        [G_STRONG_TOKEN] = LINATTN_GATE_TOKEN,
+        [G_STRONG_CHANNEL] = LINATTN_GATE_CHANNEL,
     };
     return map[g];
 }
@@ -121,8 +124,6 @@ int bench_cases(const bench_options *op, bench_family f, int sweep, bench_case *
                     .phi = (linattn_phi)p,
                     .normalize = z,
                     .qk_l2norm = fi->qk_l2norm,
-                    .scale = f == FAM_DELTA ? 1.0f / sqrtf((float)bench_forward_shape(op, f).dk)
-                                            : 1.0f,
                     .kernels = k,
                 };
             }
@@ -183,6 +184,12 @@ void bench_data_free(bench_data *d)
 
 /* ---- the library calls ------------------------------------------------- */
 
+/* The delta family uses the scale its models use, dk^-1/2. */
+float bench_scale(const bench_case *c, bench_shape s)
+{
+    return c->family == FAM_DELTA ? 1.0f / sqrtf((float)s.dk) : 1.0f;
+}
+
 linattn_config bench_config(const bench_options *op, const bench_case *c, bench_kernel k,
                             bench_shape s)
 {
@@ -192,7 +199,7 @@ linattn_config bench_config(const bench_options *op, const bench_case *c, bench_
     cfg.phi = c->phi;
     cfg.normalize = c->normalize;
     cfg.qk_l2norm = c->qk_l2norm;
-    cfg.scale = c->scale;
+    cfg.scale = bench_scale(c, s);
     cfg.algo = k == K_RECURRENT ? LINATTN_ALGO_RECURRENT : LINATTN_ALGO_CHUNKED;
     cfg.causal = k != K_NONCAUSAL;
     cfg.num_threads = op->threads;
@@ -208,9 +215,8 @@ linattn_config bench_config(const bench_options *op, const bench_case *c, bench_
 void bench_call(const bench_case *c, bench_kernel k, const linattn_config *cfg,
                 const bench_data *d, float *o)
 {
-    const float *g = c->gate == G_NONE                                     ? NULL
-                     : c->gate == G_STRONG_TOKEN || c->gate == G_STRONG_CHANNEL ? d->g_strong
-                                                                            : d->g;
+    const int strong = c->gate == G_STRONG_TOKEN || c->gate == G_STRONG_CHANNEL;
+    const float *g = c->gate == G_NONE ? NULL : strong ? d->g_strong : d->g;
     linattn_status st;
     const char *fn;
     if (c->family == FAM_DELTA) {

@@ -101,9 +101,9 @@ static void run_quadratic(void *p)
     quad_ctx *x = p;
     const bench_shape s = x->sh;
     const int64_t i = x->head, tk = s.T * s.dk, tv = s.T * s.dv;
-    bench_quadratic_head(s.T, s.dk, s.dv, x->c->phi, x->c->scale, x->c->normalize, 1e-6f,
-                         x->d->q + i * tk, x->d->k + i * tk, x->d->v + i * tv, x->o + i * tv,
-                         x->work);
+    bench_quadratic_head(s.T, s.dk, s.dv, x->c->phi, bench_scale(x->c, s), x->c->normalize,
+                         1e-6f, x->d->q + i * tk, x->d->k + i * tk, x->d->v + i * tv,
+                         x->o + i * tv, x->work);
     x->head = (x->head + 1) % (s.B * s.H);
 }
 
@@ -167,8 +167,9 @@ static void bench_overhead(const bench_options *op, linattn_isa isa)
     const double tiny = bench_time_call(run_tiny, &c, op->min_time) * 1e9;
     const double rejected = bench_time_call(run_rejected, &c, op->min_time) * 1e9;
     if (op->json) {
-        const bench_case dflt = {FAM_ADDITIVE, G_NONE, LINATTN_PHI_ELU1, 1, 0, 1.0f, 0};
-        bench_result r = bench_new_result(op, &dflt, K_CHUNKED, isa, (bench_shape){1, 1, 1, 1, 1, 0});
+        const bench_case dflt = {FAM_ADDITIVE, G_NONE, LINATTN_PHI_ELU1, 1, 0, 0};
+        const bench_shape one = {1, 1, 1, 1, 1, 0};
+        bench_result r = bench_new_result(op, &dflt, K_CHUNKED, isa, one);
         r.kernel = "overhead";
         r.threads = 1;
         r.chunk = -1;

@@ -81,6 +81,7 @@ static void usage(void)
           "            scale dk^-1/2, no normaliser (--phi and --normalize do not apply);\n"
           "            gates none, token, channel and the strong ones. --shape sets H\n"
           "            value heads and H/2 q/k heads (H when H is odd).\n"
+          "            A bench built without the delta entry points refuses it.\n"
           "\n"
           "Gates: g is uniform in [-1, 0]. strong-token and strong-channel are the token\n"
           "and channel gates with g = -8 for every token and channel: decay products over\n"

@@ -2,9 +2,7 @@
  *
  *   options.c      the command line (getopt_long) and --help
  *   cases.c        the case table (family x gate x phi x normalize x kernel),
- *                  configs, buffers and the calls of the additive family
- *   cases_delta.c  the calls of the delta-rule family (cases_delta_off.c
- *                  stands in when the library does not have them)
+ *                  configs, buffers and the one place that calls the library
  *   measure.c      timing, the FLOP models, peak and bandwidth bound
  *   report.c       the JSON writer, the table, the sweep CSV
  *   peak.c         the per-ISA FMA and read-modify-write loops
@@ -82,8 +80,6 @@ bench_options bench_parse_args(int argc, char **argv);
 /* One past the last ISA the library names: ISAs are LINATTN_ISA_SCALAR up to
  * this, so a new table shows up here without a change to the tool. */
 int bench_isa_end(void);
-/* 1 when this build of the tool can call the delta-rule entry points. */
-extern const int bench_delta_built;
 
 /* ---- cases ------------------------------------------------------------ */
 
@@ -127,13 +123,6 @@ float bench_scale(const bench_case *c, bench_shape s);
 /* One call of kernel k of the case on d, output into o; dies on an error. */
 void bench_call(const bench_case *c, bench_kernel k, const linattn_config *cfg,
                 const bench_data *d, float *o);
-
-/* cases_delta.c: linattn_delta_forward / linattn_delta_step with the
- * arguments bench_call derived; return the library's status. */
-linattn_status bench_delta_forward(const linattn_config *cfg, const bench_data *d,
-                                   const float *g, float *o);
-linattn_status bench_delta_step(const linattn_config *cfg, const bench_data *d,
-                                const float *g, float *o);
 
 /* ---- measurement ------------------------------------------------------ */
 

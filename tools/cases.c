@@ -221,7 +221,9 @@ void bench_call(const bench_case *c, bench_kernel k, const linattn_config *cfg,
     const char *fn;
     if (c->family == FAM_DELTA) {
         fn = k == K_STEP ? "linattn_delta_step" : "linattn_delta_forward";
-        st = k == K_STEP ? bench_delta_step(cfg, d, g, o) : bench_delta_forward(cfg, d, g, o);
+        st = k == K_STEP
+                 ? linattn_delta_step(cfg, d->q, d->k, d->v, g, d->beta, o, d->s)
+                 : linattn_delta_forward(cfg, d->q, d->k, d->v, g, d->beta, o, NULL);
     } else if (k == K_STEP) {
         fn = "linattn_step";
         st = linattn_step(cfg, d->q, d->k, d->v, g, o, d->s, cfg->normalize ? d->z : NULL);
@@ -230,7 +232,7 @@ void bench_call(const bench_case *c, bench_kernel k, const linattn_config *cfg,
         st = linattn_forward(cfg, d->q, d->k, d->v, g, o, NULL, NULL);
     }
     if (st != LINATTN_OK)
-        bench_die("%s (%s, gate %s, phi %s, normalize %d): %s", fn, bench_kernel_names[k],
+        bench_die("%s (%s, gate %s, phi %s, normalize %d): %s: %s", fn, bench_kernel_names[k],
                   bench_gate_names[c->gate], bench_phi_names[c->phi], c->normalize,
-                  linattn_strerror(st));
+                  linattn_strerror(st), linattn_last_error());
 }

@@ -81,7 +81,6 @@ static void usage(void)
           "            scale dk^-1/2, no normaliser (--phi and --normalize do not apply);\n"
           "            gates none, token, channel and the strong ones. --shape sets H\n"
           "            value heads and H/2 q/k heads (H when H is odd).\n"
-          "            A bench built without the delta entry points refuses it.\n"
           "\n"
           "Gates: g is uniform in [-1, 0]. strong-token and strong-channel are the token\n"
           "and channel gates with g = -8 for every token and channel: decay products over\n"
@@ -180,16 +179,6 @@ static linattn_isa parse_isa(const char *s)
     usage_error("--isa: unknown ISA '%s'", s);
 }
 
-static unsigned parse_family(const char *s)
-{
-    const unsigned all = (1u << FAM_ADDITIVE) | (bench_delta_built ? 1u << FAM_DELTA : 0);
-    const unsigned f = parse_name("--family", s, bench_family_names, FAM_COUNT, all);
-    if (!bench_delta_built && (f & (1u << FAM_DELTA)))
-        usage_error("--family delta: this linattn-bench was built without the delta-rule "
-                    "cases (the library it was built with has no linattn_delta_forward)");
-    return f;
-}
-
 static unsigned parse_kernel(const char *s)
 {
     if (strcmp(s, "chunked") == 0)
@@ -265,7 +254,10 @@ bench_options bench_parse_args(int argc, char **argv)
             if (!op.isa_all)
                 op.isa = parse_isa(val);
             break;
-        case OPT_FAMILY: op.families = parse_family(val); break;
+        case OPT_FAMILY:
+            op.families = parse_name("--family", val, bench_family_names, FAM_COUNT,
+                                     (1u << FAM_COUNT) - 1);
+            break;
         case OPT_THREADS: op.threads = (int)parse_int("--threads", val, 1, 1024); break;
         case OPT_SHAPE:
             op.shape_given = 1;

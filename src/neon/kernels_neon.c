@@ -6,11 +6,12 @@
  * Tails of dk and dv go through partial loads and stores (ldn, stn) and
  * never touch memory past the caller's arrays. */
 #include <arm_neon.h>
+#include <math.h>
 #include <sleef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "../kernels.h"
+#include "../table.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -71,7 +72,10 @@ INLINE float32x4_t lanes_below(float32x4_t x, int64_t m)
  * lanes masked out later (j > i) harmless instead of overflowing. */
 INLINE float32x4_t exp_nonpos(float32x4_t x)
 {
-    return Sleef_expf4_u10advsimd(vminq_f32(x, vdupq_n_f32(0.0f)));
+    const float32x4_t e = Sleef_expf4_u10advsimd(vminq_f32(x, vdupq_n_f32(0.0f)));
+    /* exactly 0 below LA_EXP_ZERO_BELOW (no subnormals); NaN stays NaN */
+    const uint32x4_t tiny = vcltq_f32(x, vdupq_n_f32(LA_EXP_ZERO_BELOW));
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(e), tiny));
 }
 
 /* e^(x[l] - y) and e^(x - y[l]) for prefix sums kept in double: the
@@ -322,12 +326,13 @@ static void chunk_pack_neon(const la_head *h, int64_t t0, int64_t n, void *pack)
             }
         }
         if (h->gate == LA_GATE_TOKEN) {
-            const double g = h->g[(t0 + i) * h->g_ts];
+            const double g = fmaxf(h->g[(t0 + i) * h->g_ts], LA_G_RESET);
             p.bt[i] = i ? p.bt[i - 1] + g : g;
         } else if (h->gate == LA_GATE_CHANNEL) {
             const float *g = h->g + (t0 + i) * h->g_ts;
             for (int64_t c = 0; c < dk; c++)
-                p.bt[c * cp + i] = i ? p.bt[c * cp + i - 1] + g[c] : (double)g[c];
+                p.bt[c * cp + i] = i ? p.bt[c * cp + i - 1] + (double)fmaxf(g[c], LA_G_RESET)
+                                     : (double)fmaxf(g[c], LA_G_RESET);
         }
     }
     if (h->gate != LA_GATE_NONE)
@@ -527,7 +532,15 @@ static void token_neon(const la_head *h, const float *q, const float *k, const f
             vst1q_f32(qh + c, qv);
             vst1q_f32(kh + c, kv);
             vst1q_f32(a + c, av);
-            if (h->z) {
+            if (h->z && h->zc) { /* compensated: z + zc carries the exact sum */
+                const float32x4_t zo = ldn(h->z + c0 + c, m);
+                const float32x4_t y = vfmaq_f32(kv, ldn(h->zc + c0 + c, m), av);
+                const float32x4_t zv = vfmaq_f32(y, zo, av);
+                const float32x4_t cv = vsubq_f32(y, vfmsq_f32(zv, zo, av)); /* y - (zv - a z) */
+                stn(h->z + c0 + c, zv, m);
+                stn(h->zc + c0 + c, cv, m);
+                dacc = vfmaq_f32(vfmaq_f32(dacc, qv, zv), qv, cv);
+            } else if (h->z) {
                 const float32x4_t zv = vfmaq_f32(kv, ldn(h->z + c0 + c, m), av);
                 stn(h->z + c0 + c, zv, m);
                 dacc = vfmaq_f32(dacc, qv, zv);
@@ -544,14 +557,6 @@ static void token_neon(const la_head *h, const float *q, const float *k, const f
     }
 }
 
-static void forward_recurrent_neon(const la_head *h)
-{
-    for (int64_t t = 0; t < h->T; t++)
-        token_neon(h, h->q + t * h->q_ts, h->k + t * h->k_ts, h->v + t * h->v_ts,
-                   h->gate == LA_GATE_NONE ? NULL : h->g + t * h->g_ts, h->o + t * h->o_ts);
-}
-
-static void step_neon(const la_head *h) { token_neon(h, h->q, h->k, h->v, h->g, h->o); }
 
 /* Non-causal, tokens in blocks of TB with their phi(k) on the stack:
  * S += Kh^T V through the tile, rows = channels; then O = Qh S by blocks of
@@ -644,16 +649,20 @@ static void forward_noncausal_neon(const la_head *h)
     }
 }
 
-const la_kernels la_kernels_neon = {
-    .name = "neon",
-    .isa = LINATTN_ISA_NEON,
+static const la_additive_ops additive_neon = {
     .default_chunk = default_chunk_neon,
     .pack_bytes = pack_bytes_neon,
     .chunk_pack = chunk_pack_neon,
     .chunk_output = chunk_output_neon,
     .chunk_state = chunk_state_neon,
     .state_combine = state_combine_neon,
-    .forward_recurrent = forward_recurrent_neon,
+    .token = token_neon,
     .forward_noncausal = forward_noncausal_neon,
-    .step = step_neon,
+};
+
+const la_table la_table_neon = {
+    .name = "neon",
+    .isa = LINATTN_ISA_NEON,
+    .requires = LA_FEAT_ASIMD,
+    .additive = &additive_neon,
 };

@@ -631,6 +631,12 @@ static void config_rules(call *c)
         fail_reason(c, "s and z not a pair");
     if (step && (!c->used[BS] || (!delta && f->normalize == 1 && !c->used[BZ])))
         fail_reason(c, "step without state");
+    /* A negative stride on a dimension of extent 1 is refused or not; only
+     * the strides a call ignores (step's token strides) must be accepted. */
+    for (int b = 0; b < NBUF; b++)
+        for (int i = 0; i < 4 && c->used[b]; i++)
+            if (c->lay[b].n[i] == 1 && c->lay[b].st[i] < 0 && !(step && i == 2))
+                c->ambiguous = 1;
     /* Unused pointers: NULL, or garbage that must not be touched. An unused
      * g is documented as NULL, so anything else there may be refused. */
     if (!c->used[BG] && c->place[BG] != 2)
@@ -866,6 +872,10 @@ static int run(const uint8_t *data, size_t size)
         return 0;
     if (!have_v01 && f->struct_size != sizeof *f)
         c.ambiguous = 1;
+    /* A delta call from a config without beta strides: no 0.1 caller makes
+     * one; refusing it or reading beta with any default is the library's call. */
+    if (delta && !COVERS(f, beta))
+        c.ambiguous = 1;
     if (!have_ignores) {
         const linattn_strides *all[] = {&f->q, &f->k, &f->v, &f->o, &f->g, &f->beta};
         for (int i = 0; i < 6; i++)
@@ -996,11 +1006,11 @@ static int run(const uint8_t *data, size_t size)
                         st[j] = st[j - 1], n[j] = n[j - 1];
                     st[j] = l->st[i], n[j] = l->n[i];
                 }
-            int64_t inner = 1;
+            wide inner = 1;
             for (int i = 0; i < m; i++) {
                 if (st[i] < inner)
                     c.ambiguous = 1;
-                inner += (n[i] - 1) * st[i];
+                inner += smul(n[i] - 1, st[i]);
             }
         }
         /* Gate and beta values; finiteness of the inputs. */
@@ -1009,7 +1019,7 @@ static int run(const uint8_t *data, size_t size)
                 continue;
             value_ctx v = {c.ptr[b], 0, 0, b == BBETA};
             each(&c.lay[b], b == BG || b == BBETA ? check_value : finite_input, &v);
-            if ((b == BG || b == BBETA) && v.bad)
+            if ((b == BG || (b == BBETA && COVERS(f, beta))) && v.bad)
                 fail_reason(&c, b == BG ? "gate value" : "beta value");
             if (v.nonfinite)
                 finite_inputs = 0;

@@ -1,10 +1,18 @@
 #!/bin/sh
-# The whole test suite, as the README and CI run it:
+# The whole test suite, as the README and CI run it (after
+# `scripts/install-deps.sh --test`):
 #   1. native release build: every table this CPU can run (others are
 #      reported as skipped), the SIMDe build of the AVX-512 table, dispatch
-#      (LINATTN_ISA forcing, QEMU-emulated CPUs) and the installed tree;
-#   2. the same suite under AddressSanitizer + UBSan;
-#   3. aarch64 cross build, scalar and NEON tables under QEMU (scripts/test-arm.sh).
+#      (LINATTN_ISA forcing, QEMU-emulated CPUs), the installed tree, the
+#      fuzz corpus replayed and the threads test;
+#   2. the same suites under AddressSanitizer + UBSan, built at -O1 (the
+#      SIMDe table at -O0 alone took most of this stage's time);
+#   3. ThreadSanitizer over thread counts and concurrent calls (scripts/tsan.sh);
+#   4. the fuzzer, 60 s per table this CPU can run (scripts/fuzz.sh; pass
+#      FUZZ_SECONDS to change);
+#   5. the Python tests, when the Python package is present (scripts/test-python.sh);
+#   6. aarch64 cross build, scalar and NEON tables under QEMU (scripts/test-arm.sh).
+# Prints every test log and each stage's wall time.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -18,17 +26,52 @@ setup() { # setup DIR [meson options...]
     fi
 }
 
-echo "== native build =="
+times=""
+stage_start=0
+stage() { # stage NAME: closes the previous stage, opens the next
+    now=$(date +%s)
+    if [ -n "${stage_name:-}" ]; then
+        times="$times$(printf '  %-28s %4ss' "$stage_name" $((now - stage_start)))
+"
+    fi
+    stage_name=$1 stage_start=$now
+    [ "$1" = done ] || echo "== $1 =="
+}
+all_start=$(date +%s)
+
+if ! command -v clang >/dev/null 2>&1; then
+    echo "test-all.sh: clang not found; run scripts/install-deps.sh --test first" >&2
+    exit 1
+fi
+
+stage "native build and tests"
 setup build
 ninja -C build
 meson test -C build -v --print-errorlogs
 
-echo "== AddressSanitizer + UBSan =="
-setup build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dc_args=-fno-sanitize-recover=all
+stage "AddressSanitizer + UBSan"
+setup build-asan -Doptimization=1 -Ddebug=true -Db_sanitize=address,undefined \
+    -Db_lundef=false -Dc_args=-fno-sanitize-recover=all
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    meson test -C build-asan -v --print-errorlogs --suite kernels --suite dispatch --suite tools
+    meson test -C build-asan -v --print-errorlogs \
+    --suite kernels --suite dispatch --suite tools --suite fuzz --suite threads
 
-echo "== aarch64 under QEMU =="
+stage "ThreadSanitizer"
+sh scripts/tsan.sh
+
+stage "fuzzing"
+sh scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
+
+if [ -f scripts/test-python.sh ]; then
+    stage "Python"
+    sh scripts/test-python.sh
+fi
+
+stage "aarch64 under QEMU"
 sh scripts/test-arm.sh
+
+stage done
+echo "== wall time per stage =="
+printf '%s' "$times"
+echo "  total                        $(( $(date +%s) - all_start ))s"

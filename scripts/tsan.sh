@@ -17,6 +17,6 @@ else
     # shellcheck disable=SC2086
     CC=clang meson setup "$dir" $opts >/dev/null
 fi
-ninja -C "$dir"
+ninja -C "$dir" tests/threads/test_threads
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1" \
-    meson test -C "$dir" -v --print-errorlogs --suite threads
+    meson test -C "$dir" -v --print-errorlogs --no-rebuild --suite threads

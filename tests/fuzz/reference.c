@@ -158,6 +158,29 @@ void ref_head(const ref_cfg *c, const ref_in *in, ref_out *out)
             out->gate_sum = fmax(out->gate_sum, sum);
         }
 
+    /* Kernels may form products before applying decays (q . S_prev, then
+     * e^b): the bound must hold for the undecayed products too. */
+    double mq = 0, mk = 0, mv = 0, ms = 0, mz = 0;
+    for (int64_t t = 0; t < c->T; t++) {
+        for (int64_t i = 0; i < dk; i++) {
+            mq = fmax(mq, phi(c->phi, in->q[t * dk + i]).a);
+            mk = fmax(mk, phi(c->phi, in->k[t * dk + i]).a);
+        }
+        for (int64_t j = 0; j < dv; j++)
+            mv = fmax(mv, fabs((double)in->v[t * dv + j]));
+    }
+    if (c->qk_l2norm)
+        mq = mk = 1;
+    mq *= fabs(c->scale);
+    for (int64_t i = 0; i < dk * dv && in->s0; i++)
+        ms = fmax(ms, fabs((double)in->s0[i]));
+    for (int64_t i = 0; i < dk && in->z0; i++)
+        mz = fmax(mz, fabs((double)in->z0[i]));
+    const double n = (double)(dk + dv + c->T);
+    const int undecayed = mq * ms * n > HUGE_MAG || mq * mz * n > HUGE_MAG ||
+                          mk * mv * n > HUGE_MAG || mq * mk * mv * n * n > HUGE_MAG ||
+                          mk * mk * mv * n * n > HUGE_MAG || mk * ms * n > HUGE_MAG;
+
     ref_num *qh = malloc(sizeof(ref_num) * (size_t)dk * (size_t)(c->T + 1));
     ref_num *kh = malloc(sizeof(ref_num) * (size_t)dk);
     ref_num *u = malloc(sizeof(ref_num) * (size_t)dv);
@@ -177,5 +200,5 @@ void ref_head(const ref_cfg *c, const ref_in *in, ref_out *out)
     free(qh);
     free(kh);
     free(u);
-    out->overflow = overflowed;
+    out->overflow = overflowed || undecayed;
 }

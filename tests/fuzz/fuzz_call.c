@@ -218,7 +218,7 @@ static extent extent_of(const layout *l)
         if (l->st[i] < 0)
             return (extent){1, 0};
         x += (wide)(l->n[i] - 1) * l->st[i];
-        if (x * 4 > INT64_MAX)
+        if (x > INT64_MAX / 4)
             return (extent){1, 0};
     }
     e.ext = (int64_t)x;
@@ -795,7 +795,7 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out
     const ref_in in = {q, k, v, c->used[BG] ? g : NULL, beta, s0, z0};
     ref_num *ro = malloc(sizeof(ref_num) * (size_t)(T * dv)), *rd = malloc(sizeof(ref_num) * (size_t)T);
     ref_num *rs = malloc(sizeof(ref_num) * (size_t)(dk * dv)), *rz = malloc(sizeof(ref_num) * (size_t)dk);
-    ref_out out = {ro, rc.normalize ? rd : NULL, rs, rc.normalize ? rz : NULL, 0, 0};
+    ref_out out = {ro, rc.normalize ? rd : NULL, rs, rc.normalize ? rz : NULL, 0, 0, 0, 0};
     ref_head(&rc, &in, &out);
 
     if (!out.overflow) {
@@ -805,11 +805,11 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out
             for (int64_t j = 0; j < dv; j++) {
                 const float got = c->ptr[BO][b * f->o.batch + h * f->o.head + t * f->o.token + j];
                 const ref_num n = ro[t * dv + j];
-                const double en = gamma * n.a + n.m;
+                const double en = gamma * n.a + n.m + out.flush_o;
                 double ref = n.v, tol = 2 * en;
                 if (rc.normalize) {
                     const ref_num d = rd[t];
-                    const double ed = gamma * d.a + d.m;
+                    const double ed = gamma * d.a + d.m + out.flush_den;
                     if (!(fabs(d.v) > 4 * ed) || fabs(d.v) < 1e-30)
                         continue; /* the normaliser's sign is not determined in fp32 */
                     ref = n.v / d.v;
@@ -827,7 +827,7 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out
             }
         if (state_written) {
             for (int64_t i = 0; i < dk * dv; i++) {
-                const double tol = 2 * (gamma * rs[i].a + rs[i].m) + 1e-37;
+                const double tol = 2 * (gamma * rs[i].a + rs[i].m + out.flush_o) + 1e-37;
                 if (!(fabs((double)s_out[i] - rs[i].v) <= tol)) {
                     char where[96];
                     snprintf(where, sizeof where, "s[b=%lld,h=%lld][%lld]", (long long)b, (long long)h,
@@ -837,7 +837,7 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out
             }
             if (rc.normalize && z_out)
                 for (int64_t i = 0; i < dk; i++) {
-                    const double tol = 2 * (gamma * rz[i].a + rz[i].m) + 1e-37;
+                    const double tol = 2 * (gamma * rz[i].a + rz[i].m + out.flush_den) + 1e-37;
                     if (!(fabs((double)z_out[i] - rz[i].v) <= tol)) {
                         char where[96];
                         snprintf(where, sizeof where, "z[b=%lld,h=%lld][%lld]", (long long)b,

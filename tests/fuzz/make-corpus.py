@@ -157,6 +157,9 @@ def seeds():
     s["delta-forward-long"] = call(kind="delta_forward", B=1, H=1, T=200, gate="channel",
                                    algo="chunked", threads=2, phi="identity")
     s["delta-step-grouped"] = call(kind="delta_step", H=4, qk_heads_byte=2, gate="token")
+    # Inputs the fuzzer found, kept byte for byte as regression seeds.
+    s["found-avx2-token-stride-T1"] = bytes(
+        [0, 19, 9, 0, 3, 0, 0, 1, 16, 0, 0, 0, 0, 47] + [118] * 30 + [15, 0])
     return s
 
 

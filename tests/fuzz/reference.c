@@ -10,6 +10,8 @@
 
 /* Per operation: what flush-to-zero or a subnormal result can lose. */
 #define SLACK ((double)FLT_MIN)
+/* Decays below this may be flushed to 0 (e^-80 with room). */
+#define FLUSH 1e-34
 /* Past this, an fp32 intermediate may overflow. */
 #define HUGE_MAG 1e30
 
@@ -201,4 +203,9 @@ void ref_head(const ref_cfg *c, const ref_in *in, ref_out *out)
     free(kh);
     free(u);
     out->overflow = overflowed || undecayed;
+    /* A decay factor, or a product of them, below about e^-80 may be exactly
+     * 0 in a kernel (no subnormal arithmetic): what that drops is at most
+     * this much of an undecayed output or normaliser. */
+    out->flush_o = FLUSH * (mq * ms * n + mq * mk * mv * n * n + mk * mv * n + mk * ms * n);
+    out->flush_den = FLUSH * (mq * mz * n + mq * mk * n * n);
 }

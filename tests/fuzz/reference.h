@@ -39,6 +39,7 @@ typedef struct {
     ref_num *z;   /* [dk] */
     double gate_sum; /* largest sum over tokens of min(|g|, 200) of one channel */
     int overflow;    /* some magnitude passed 1e30: fp32 may overflow, no comparison */
+    double flush_o, flush_den; /* absolute error allowed for decays flushed to 0 */
 } ref_out;
 
 void ref_head(const ref_cfg *c, const ref_in *in, ref_out *out);

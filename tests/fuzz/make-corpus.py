@@ -159,7 +159,7 @@ def seeds():
     s["delta-step-grouped"] = call(kind="delta_step", H=4, qk_heads_byte=2, gate="token")
     # Inputs the fuzzer found, kept byte for byte as regression seeds.
     s["found-avx2-token-stride-T1"] = bytes(
-        [0, 19, 9, 0, 3, 0, 0, 1, 16, 0, 0, 0, 0, 47] + [118] * 30 + [15, 0])
+        [0, 19, 9, 0, 3, 0, 0, 1, 16, 0, 0, 0, 0, 47] + [118] * 31 + [15, 0])
     return s
 
 

@@ -28,13 +28,14 @@ else
 fi
 ninja -C "$dir" tests/fuzz/fuzz_call
 
-fuzzer=$PWD/$dir/tests/fuzz/fuzz_call
+dir=$(cd "$dir" && pwd)
+fuzzer=$dir/tests/fuzz/fuzz_call
 seeds=${FUZZ_SEEDS:-$PWD/tests/fuzz/corpus}
 status=0
 for isa in scalar avx2 avx512 neon; do
-    corpus=$PWD/$dir/fuzz-corpus-$isa
+    corpus=$dir/fuzz-corpus-$isa
     mkdir -p "$corpus"
-    log=$PWD/$dir/fuzz-$isa.log
+    log=$dir/fuzz-$isa.log
     set +e
     (cd "$dir" && LINATTN_ISA=$isa \
         ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \

@@ -390,8 +390,8 @@ static void state_combine_neon(const la_head *h, const void *pack, int64_t n, fl
 
 /* ---- whole-head kernels ------------------------------------------------ */
 
-/* Channels whose phi and decay one pass keeps on the stack; dk <= CB (all
- * of SPEC's range) is a single pass over the state. */
+/* Channels whose phi and decay one pass keeps on the stack; dk <= CB (every
+ * head size in use) is a single pass over the state. */
 enum { CB = 256 };
 
 /* State rows c0..c0+nc-1, columns d..d+w-1 of one token: each element is

@@ -131,6 +131,9 @@ static linattn_status check_scalars(const linattn_config *cfg, la_family family,
         return la_fail(LINATTN_E_ARG, "cfg->causal = %d: must be 0 or 1", cfg->causal);
     if (cfg->normalize != 0 && cfg->normalize != 1)
         return la_fail(LINATTN_E_ARG, "cfg->normalize = %d: must be 0 or 1", cfg->normalize);
+    if (cfg->z_compensated != 0 && cfg->z_compensated != 1)
+        return la_fail(LINATTN_E_ARG, "cfg->z_compensated = %d: must be 0 or 1",
+                       cfg->z_compensated);
     if (cfg->qk_l2norm != 0 && cfg->qk_l2norm != 1)
         return la_fail(LINATTN_E_ARG, "cfg->qk_l2norm = %d: must be 0 or 1", cfg->qk_l2norm);
     if (!(cfg->eps >= 0.0f) || !isfinite(cfg->eps))
@@ -307,6 +310,7 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
         .causal = cfg->causal,
         .normalize = cfg->normalize,
         .qk_l2norm = cfg->qk_l2norm,
+        .z_compensated = family == LA_FAMILY_ADDITIVE && cfg->normalize && cfg->z_compensated,
         .eps = cfg->eps,
         .scale = cfg->scale,
         .algo = cfg->algo,
@@ -357,7 +361,10 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
      * drivers also allocate per head when s is NULL, and every array. */
     int64_t head_elems, all_elems, z_elems;
     if (__builtin_mul_overflow(c->dk, c->dv, &head_elems) ||
-        __builtin_add_overflow(head_elems, c->normalize && family == LA_FAMILY_ADDITIVE ? c->dk : 0,
+        __builtin_add_overflow(head_elems,
+                               c->normalize && family == LA_FAMILY_ADDITIVE
+                                   ? c->dk * (1 + c->z_compensated)
+                                   : 0,
                                &head_elems) ||
         __builtin_mul_overflow(head_elems, c->B, &all_elems) ||
         __builtin_mul_overflow(all_elems, c->H, &all_elems) ||
@@ -368,7 +375,7 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
                        "large to address",
                        (long long)c->B, (long long)c->H, (long long)c->dk, (long long)c->dv);
     c->head_state_elems = (size_t)head_elems;
-    z_elems = c->B * c->H * c->dk; /* <= all_elems: no overflow */
+    z_elems = c->B * c->H * c->dk * (1 + c->z_compensated); /* <= all_elems */
 
     const layout lq = feature_layout(c, &c->sq, c->qk_heads, c->dk),
                  lk = feature_layout(c, &c->sk, c->qk_heads, c->dk),

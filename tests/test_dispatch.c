@@ -14,12 +14,15 @@
 
 #include "linattn.h"
 
+/* The ISAs the library knows, whatever their number: named, not "unknown". */
+static int is_isa(int isa) { return strcmp(linattn_isa_name((linattn_isa)isa), "unknown") != 0; }
+
 static const char *expect(void)
 {
     const char *e = getenv("LINATTN_TEST_EXPECT");
     if (e && strcmp(e, "forced") == 0) {
         const char *forced = getenv("LINATTN_ISA");
-        for (int isa = LINATTN_ISA_SCALAR; isa <= LINATTN_ISA_NEON; isa++)
+        for (int isa = LINATTN_ISA_SCALAR; is_isa(isa); isa++)
             if (strcmp(forced, linattn_isa_name((linattn_isa)isa)) == 0)
                 return linattn_isa_available((linattn_isa)isa) ? forced : "isa-error";
         return "isa-error";
@@ -30,7 +33,7 @@ static const char *expect(void)
 static linattn_isa best_available(void)
 {
     linattn_isa best = LINATTN_ISA_SCALAR;
-    for (int isa = LINATTN_ISA_SCALAR; isa <= LINATTN_ISA_NEON; isa++)
+    for (int isa = LINATTN_ISA_SCALAR; is_isa(isa); isa++)
         if (linattn_isa_available((linattn_isa)isa))
             best = (linattn_isa)isa; /* the enum lists ISAs in order of preference */
     return best;
@@ -71,7 +74,7 @@ START_TEST(set_isa_rules)
     ck_assert_int_eq(linattn_isa_available(LINATTN_ISA_SCALAR), 1);
     ck_assert_int_eq(linattn_isa_available((linattn_isa)42), 0);
     ck_assert_int_eq(linattn_set_isa((linattn_isa)42), LINATTN_E_ISA);
-    for (int isa = LINATTN_ISA_SCALAR; isa <= LINATTN_ISA_NEON; isa++) {
+    for (int isa = LINATTN_ISA_SCALAR; is_isa(isa); isa++) {
         const linattn_isa before = linattn_get_isa();
         const linattn_status st = linattn_set_isa((linattn_isa)isa);
         if (linattn_isa_available((linattn_isa)isa)) {
@@ -101,7 +104,7 @@ START_TEST(names_and_strings)
     ck_assert_str_eq(linattn_isa_name((linattn_isa)99), "unknown");
     for (int s = -2; s < 12; s++)
         ck_assert_ptr_nonnull(linattn_strerror((linattn_status)s));
-    ck_assert_str_eq(linattn_version(), "0.1.0");
+    ck_assert_str_eq(linattn_version(), "0.2.0");
 }
 END_TEST
 

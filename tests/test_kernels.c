@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "harness.h"
-#include "internal.h"
+#include "table.h"
 #include "oracle.h"
 #include "tolerance.h"
 
-static const la_kernels *table;
+static const la_table *table;
 
 /* Check runs each test in a child process: activate the table there. */
 static void use_table(void) { la_force_table(table); }
@@ -542,7 +542,7 @@ START_TEST(inactive_isa_is_an_error)
 }
 END_TEST
 
-static Suite *suite_for(const la_kernels *t)
+static Suite *suite_for(const la_table *t)
 {
     Suite *s = suite_create(t->name);
     TCase *oracle = tcase_create("oracle");
@@ -578,7 +578,7 @@ int main(void)
 {
     const char *name = getenv("LINATTN_TEST_TABLE");
     int count;
-    const la_kernels *const *all = la_all_tables(&count);
+    const la_table *const *all = la_all_tables(&count);
     if (name == NULL) {
         fprintf(stderr, "set LINATTN_TEST_TABLE to one of:");
         for (int i = 0; i < count; i++)

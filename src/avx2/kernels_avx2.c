@@ -23,7 +23,7 @@
 #include <sleef.h>
 #include <string.h>
 
-#include "../kernels.h"
+#include "../table.h"
 
 #define LA_INLINE static inline __attribute__((always_inline))
 
@@ -889,7 +889,15 @@ static void token_avx2(const la_head *h, const float *q, const float *k, const f
             _mm256_store_ps(qb + l, qv);
             _mm256_store_ps(kb + l, kv);
             _mm256_store_ps(ab + l, av);
-            if (h->z) {
+            if (h->z && h->zc) { /* compensated: z + zc carries the exact sum */
+                const __m256 zo = load8(h->z + c, w);
+                const __m256 y = _mm256_fmadd_ps(av, load8(h->zc + c, w), kv);
+                const __m256 zv = _mm256_fmadd_ps(av, zo, y);
+                const __m256 cv = _mm256_add_ps(_mm256_fmsub_ps(av, zo, zv), y);
+                store8(h->z + c, zv, w);
+                store8(h->zc + c, cv, w);
+                den = _mm256_fmadd_ps(qv, cv, _mm256_fmadd_ps(qv, zv, den));
+            } else if (h->z) {
                 const __m256 zv = _mm256_fmadd_ps(av, load8(h->z + c, w), kv);
                 store8(h->z + c, zv, w);
                 den = _mm256_fmadd_ps(qv, zv, den);
@@ -910,14 +918,6 @@ static void token_avx2(const la_head *h, const float *q, const float *k, const f
     }
 }
 
-static void forward_recurrent_avx2(const la_head *h)
-{
-    for (int64_t t = 0; t < h->T; t++)
-        token_avx2(h, h->q + t * h->q_ts, h->k + t * h->k_ts, h->v + t * h->v_ts,
-                   h->gate == LA_GATE_NONE ? NULL : h->g + t * h->g_ts, h->o + t * h->o_ts);
-}
-
-static void step_avx2(const la_head *h) { token_avx2(h, h->q, h->k, h->v, h->g, h->o); }
 
 /* ---- non-causal -------------------------------------------------------- */
 
@@ -1025,16 +1025,20 @@ static void forward_noncausal_avx2(const la_head *h)
     }
 }
 
-const la_kernels la_kernels_avx2 = {
-    .name = "avx2",
-    .isa = LINATTN_ISA_AVX2,
+static const la_additive_ops additive_avx2 = {
     .default_chunk = default_chunk_avx2,
     .pack_bytes = pack_bytes_avx2,
     .chunk_pack = chunk_pack_avx2,
     .chunk_output = chunk_output_avx2,
     .chunk_state = chunk_state_avx2,
     .state_combine = state_combine_avx2,
-    .forward_recurrent = forward_recurrent_avx2,
+    .token = token_avx2,
     .forward_noncausal = forward_noncausal_avx2,
-    .step = step_avx2,
+};
+
+const la_table la_table_avx2 = {
+    .name = "avx2",
+    .isa = LINATTN_ISA_AVX2,
+    .requires = LA_FEAT_AVX2 | LA_FEAT_FMA,
+    .additive = &additive_avx2,
 };

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "../kernels.h"
+#include "../table.h"
 #include "simd512.h"
 
 enum {
@@ -691,7 +691,16 @@ LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, cons
             const __m512 kv = phi_v(h->phi, la_load(mc, k + g0 + c));
             if (h->gate == LA_GATE_CHANNEL)
                 av = la_exp(la_load(mc, g + g0 + c));
-            if (first && h->z) {
+            if (first && h->z && h->zc) { /* compensated: z + zc carries the exact sum */
+                const __m512 zo = la_load(mc, h->z + g0 + c);
+                const __m512 y = _mm512_fmadd_ps(av, la_load(mc, h->zc + g0 + c), kv);
+                const __m512 zv = _mm512_fmadd_ps(av, zo, y);
+                const __m512 cv = _mm512_add_ps(_mm512_fmsub_ps(av, zo, zv), y);
+                la_store(h->z + g0 + c, mc, zv);
+                la_store(h->zc + g0 + c, mc, cv);
+                const __m512 qm = _mm512_maskz_mov_ps(mc, qv);
+                dsum = _mm512_fmadd_ps(qm, cv, _mm512_fmadd_ps(qm, zv, dsum));
+            } else if (first && h->z) {
                 const __m512 zv = _mm512_fmadd_ps(av, la_load(mc, h->z + g0 + c), kv);
                 la_store(h->z + g0 + c, mc, zv);
                 dsum = _mm512_fmadd_ps(_mm512_maskz_mov_ps(mc, qv), zv, dsum);
@@ -759,14 +768,6 @@ static void token_avx512(const la_head *h, const float *q, const float *k, const
     }
 }
 
-static void step_avx512(const la_head *h) { token_avx512(h, h->q, h->k, h->v, h->g, h->o); }
-
-static void forward_recurrent_avx512(const la_head *h)
-{
-    for (int64_t t = 0; t < h->T; t++)
-        token_avx512(h, h->q + t * h->q_ts, h->k + t * h->k_ts, h->v + t * h->v_ts,
-                     h->gate == LA_GATE_NONE ? NULL : h->g + t * h->g_ts, h->o + t * h->o_ts);
-}
 
 /* ---- non-causal -------------------------------------------------------- */
 
@@ -844,16 +845,21 @@ static void forward_noncausal_avx512(const la_head *h)
     }
 }
 
-const la_kernels LA_TABLE = {
-    .name = LA_TABLE_NAME,
-    .isa = LA_TABLE_ISA,
+static const la_additive_ops additive_avx512 = {
     .default_chunk = default_chunk_avx512,
     .pack_bytes = pack_bytes_avx512,
     .chunk_pack = chunk_pack_avx512,
     .chunk_output = chunk_output_avx512,
     .chunk_state = chunk_state_avx512,
     .state_combine = state_combine_avx512,
-    .forward_recurrent = forward_recurrent_avx512,
+    .token = token_avx512,
     .forward_noncausal = forward_noncausal_avx512,
-    .step = step_avx512,
+};
+
+const la_table LA_TABLE = {
+    .name = LA_TABLE_NAME,
+    .isa = LINATTN_ISA_AVX512,
+    .requires = LA_TABLE_REQUIRES,
+    .test_only = LA_TABLE_TEST_ONLY,
+    .additive = &additive_avx512,
 };

@@ -22,9 +22,11 @@
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 
-#define LA_TABLE la_kernels_avx512_simde
+/* Runs wherever AVX2 + FMA do; never chosen outside the tests. */
+#define LA_TABLE la_table_avx512_simde
 #define LA_TABLE_NAME "avx512-simde"
-#define LA_TABLE_ISA LINATTN_ISA_AVX2
+#define LA_TABLE_REQUIRES (LA_FEAT_AVX2 | LA_FEAT_FMA)
+#define LA_TABLE_TEST_ONLY 1
 
 LA_INLINE __m512 la_load(__mmask16 m, const float *p)
 {
@@ -96,9 +98,10 @@ LA_INLINE __m512 la_exp(__m512 x)
 #include <immintrin.h>
 #include <sleef.h>
 
-#define LA_TABLE la_kernels_avx512
+#define LA_TABLE la_table_avx512
 #define LA_TABLE_NAME "avx512"
-#define LA_TABLE_ISA LINATTN_ISA_AVX512
+#define LA_TABLE_REQUIRES (LA_FEAT_AVX512 | LA_FEAT_FMA)
+#define LA_TABLE_TEST_ONLY 0
 
 LA_INLINE __m512 la_load(__mmask16 m, const float *p) { return _mm512_maskz_loadu_ps(m, p); }
 LA_INLINE void la_store(float *p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../kernels.h"
+#include "../table.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -527,7 +527,15 @@ static void token_neon(const la_head *h, const float *q, const float *k, const f
             vst1q_f32(qh + c, qv);
             vst1q_f32(kh + c, kv);
             vst1q_f32(a + c, av);
-            if (h->z) {
+            if (h->z && h->zc) { /* compensated: z + zc carries the exact sum */
+                const float32x4_t zo = ldn(h->z + c0 + c, m);
+                const float32x4_t y = vfmaq_f32(kv, ldn(h->zc + c0 + c, m), av);
+                const float32x4_t zv = vfmaq_f32(y, zo, av);
+                const float32x4_t cv = vsubq_f32(y, vfmsq_f32(zv, zo, av)); /* y - (zv - a z) */
+                stn(h->z + c0 + c, zv, m);
+                stn(h->zc + c0 + c, cv, m);
+                dacc = vfmaq_f32(vfmaq_f32(dacc, qv, zv), qv, cv);
+            } else if (h->z) {
                 const float32x4_t zv = vfmaq_f32(kv, ldn(h->z + c0 + c, m), av);
                 stn(h->z + c0 + c, zv, m);
                 dacc = vfmaq_f32(dacc, qv, zv);
@@ -544,14 +552,6 @@ static void token_neon(const la_head *h, const float *q, const float *k, const f
     }
 }
 
-static void forward_recurrent_neon(const la_head *h)
-{
-    for (int64_t t = 0; t < h->T; t++)
-        token_neon(h, h->q + t * h->q_ts, h->k + t * h->k_ts, h->v + t * h->v_ts,
-                   h->gate == LA_GATE_NONE ? NULL : h->g + t * h->g_ts, h->o + t * h->o_ts);
-}
-
-static void step_neon(const la_head *h) { token_neon(h, h->q, h->k, h->v, h->g, h->o); }
 
 /* Non-causal, tokens in blocks of TB with their phi(k) on the stack:
  * S += Kh^T V through the tile, rows = channels; then O = Qh S by blocks of
@@ -644,16 +644,20 @@ static void forward_noncausal_neon(const la_head *h)
     }
 }
 
-const la_kernels la_kernels_neon = {
-    .name = "neon",
-    .isa = LINATTN_ISA_NEON,
+static const la_additive_ops additive_neon = {
     .default_chunk = default_chunk_neon,
     .pack_bytes = pack_bytes_neon,
     .chunk_pack = chunk_pack_neon,
     .chunk_output = chunk_output_neon,
     .chunk_state = chunk_state_neon,
     .state_combine = state_combine_neon,
-    .forward_recurrent = forward_recurrent_neon,
+    .token = token_neon,
     .forward_noncausal = forward_noncausal_neon,
-    .step = step_neon,
+};
+
+const la_table la_table_neon = {
+    .name = "neon",
+    .isa = LINATTN_ISA_NEON,
+    .requires = LA_FEAT_ASIMD,
+    .additive = &additive_neon,
 };

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../kernels.h"
+#include "../table.h"
 
 /* Pack layout for chunks of up to C rows (C = the chunk given to pack_bytes):
  *   qh [C][dk]  scale * phi(q)
@@ -196,7 +196,12 @@ static void token_scalar(const la_head *h, const float *q, const float *k, const
             srow[d] = fmaf(a, srow[d], kh * v[d]);
             o[d] += qh * srow[d];
         }
-        if (h->z) {
+        if (h->z && h->zc) { /* compensated: z + zc carries the exact sum */
+            const float y = fmaf(a, h->zc[c], kh), t = fmaf(a, h->z[c], y);
+            h->zc[c] = fmaf(a, h->z[c], -t) + y;
+            h->z[c] = t;
+            den += qh * t + qh * h->zc[c];
+        } else if (h->z) {
             h->z[c] = fmaf(a, h->z[c], kh);
             den += qh * h->z[c];
         }
@@ -207,15 +212,6 @@ static void token_scalar(const la_head *h, const float *q, const float *k, const
             o[d] *= inv;
     }
 }
-
-static void forward_recurrent_scalar(const la_head *h)
-{
-    for (int64_t t = 0; t < h->T; t++)
-        token_scalar(h, h->q + t * h->q_ts, h->k + t * h->k_ts, h->v + t * h->v_ts,
-                     h->gate == LA_GATE_NONE ? NULL : h->g + t * h->g_ts, h->o + t * h->o_ts);
-}
-
-static void step_scalar(const la_head *h) { token_scalar(h, h->q, h->k, h->v, h->g, h->o); }
 
 static void forward_noncausal_scalar(const la_head *h)
 {
@@ -250,16 +246,13 @@ static void forward_noncausal_scalar(const la_head *h)
     }
 }
 
-const la_kernels la_kernels_scalar = {
-    .name = "scalar",
-    .isa = LINATTN_ISA_SCALAR,
+const la_additive_ops la_additive_scalar = {
     .default_chunk = default_chunk_scalar,
     .pack_bytes = pack_bytes_scalar,
     .chunk_pack = chunk_pack_scalar,
     .chunk_output = chunk_output_scalar,
     .chunk_state = chunk_state_scalar,
     .state_combine = state_combine_scalar,
-    .forward_recurrent = forward_recurrent_scalar,
+    .token = token_scalar,
     .forward_noncausal = forward_noncausal_scalar,
-    .step = step_scalar,
 };

@@ -1,11 +1,11 @@
-/* Private: the kernel table every ISA implements, and each kernel's contract.
+/* Private: the additive linear-attention family, its ops and their contract.
  *
- * The ISA-independent driver (driver.c) walks (batch, head), resolves all
- * strides and state pointers into one la_head per (b, h), and calls the
- * active table. A table is one folder (src/scalar, src/avx2, ...) compiled
- * with its own flags; it defines one `const la_kernels la_kernels_<name>`.
+ * The family's driver (additive_driver.c) walks (batch, head), resolves all
+ * strides and state pointers into one la_head per (b, h), and calls the ops
+ * the registry resolved for this family. Each ISA folder may provide a
+ * `const la_additive_ops`; a table without one uses the scalar ops.
  *
- * Maths (SPEC section 1), per head, tokens t = 0..T-1:
+ * Maths, per head, tokens t = 0..T-1:
  *   qh_t = scale * phi(q_t), kh_t = phi(k_t), a_t = decay of token t
  *   S_t = a_t S_{t-1} + kh_t v_t^T,  z_t = a_t z_{t-1} + kh_t
  *   o_t = qh_t^T S_t / (qh_t . z_t + eps)   (or without the division)
@@ -41,15 +41,15 @@
  * Thread safety: kernels write only h->o rows of their call, the state they
  * are given and their pack/workspace; no globals.
  */
-#ifndef LINATTN_KERNELS_H
-#define LINATTN_KERNELS_H
+#ifndef LINATTN_ADDITIVE_H
+#define LINATTN_ADDITIVE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gate.h"
 #include "linattn.h"
-
-typedef enum { LA_GATE_NONE = 0, LA_GATE_TOKEN, LA_GATE_CHANNEL } la_gate;
+#include "sizes.h"
 
 /* One (batch, head) problem. Pointers are already offset to (b, h); token t
  * of q is q + t * q_ts (feature dim contiguous), likewise k, v, o. For
@@ -62,6 +62,9 @@ typedef struct la_head {
     int64_t q_ts, k_ts, v_ts, g_ts, o_ts;
     float *s;    /* [dk][dv], in/out, never NULL (zeroed by the driver if the user gave none) */
     float *z;    /* [dk], in/out; NULL exactly when not normalising */
+    /* token only: the running compensation of z (Kahan), dk floats kept
+     * across the tokens of one call, or NULL (a step: z rounds once). */
+    float *zc;
     float scale; /* finite */
     float eps;   /* finite, >= 0 */
     linattn_phi phi;
@@ -69,13 +72,11 @@ typedef struct la_head {
     int64_t chunk; /* >= 1: the chunk size the driver uses */
 } la_head;
 
-typedef struct la_kernels {
-    const char *name; /* "scalar", "avx2", "avx512", "neon", "avx512-simde" */
-    linattn_isa isa;
-
+typedef struct la_additive_ops {
     /* Chunk size used when the config says 0 (the table's measured best). */
     int64_t (*default_chunk)(int64_t dk, int64_t dv, la_gate gate);
-    /* Bytes of one pack for chunks of up to `chunk` rows; the driver gives
+    /* Bytes of one pack for chunks of up to `chunk` rows, formed with the
+     * saturating arithmetic of sizes.h (SIZE_MAX: too big); the driver gives
      * chunk_pack a 64-byte aligned buffer of this size. */
     size_t (*pack_bytes)(int64_t chunk, int64_t dk, int64_t dv);
 
@@ -90,30 +91,16 @@ typedef struct la_kernels {
     void (*state_combine)(const la_head *h, const void *pack, int64_t n, float *s, float *z,
                           const float *u, const float *uz);
 
-    /* Whole-head kernels: all T tokens of h, state in/out through h->s, h->z.
-     * forward_recurrent: the causal recurrence token by token, any gate.
-     * forward_noncausal: gate NONE; S = S_in + Kh^T V, z = z_in + sum kh, every
-     *   query reads the final S, z; h->s, h->z end as that S, z. */
-    void (*forward_recurrent)(const la_head *h);
+    /* One token of the causal recurrence, any gate: decay, update and read
+     * out h->s (and h->z) in a single pass, writing o (dv floats). g is the
+     * token's gate (NULL for NONE; one float for TOKEN, dk for CHANNEL).
+     * The driver's token loop calls it for the recurrent forward and for
+     * linattn_step. Never allocates. */
+    void (*token)(const la_head *h, const float *q, const float *k, const float *v,
+                  const float *g, float *o);
+    /* Whole head, gate NONE: S = S_in + Kh^T V, z = z_in + sum kh, every
+     * query reads the final S, z; h->s, h->z end as that S, z. */
     void (*forward_noncausal)(const la_head *h);
-    /* One token (h->T == 1): update s (and z) and write o in a single pass
-     * over the state. Never allocates. */
-    void (*step)(const la_head *h);
-} la_kernels;
+} la_additive_ops;
 
-/* Every table this build compiled, in order of preference (best last). */
-extern const la_kernels la_kernels_scalar;
-#ifdef LINATTN_HAVE_AVX2
-extern const la_kernels la_kernels_avx2;
-#endif
-#ifdef LINATTN_HAVE_AVX512
-extern const la_kernels la_kernels_avx512;
-#endif
-#ifdef LINATTN_HAVE_AVX512_SIMDE
-extern const la_kernels la_kernels_avx512_simde;
-#endif
-#ifdef LINATTN_HAVE_NEON
-extern const la_kernels la_kernels_neon;
-#endif
-
-#endif /* LINATTN_KERNELS_H */
+#endif /* LINATTN_ADDITIVE_H */

@@ -1,0 +1,278 @@
+/* The additive family's driver: resolves strides and state into one la_head
+ * per (batch, head) and runs the resolved ops, on threads over heads, or
+ * over the chunks of a head when there are fewer heads than threads. Every
+ * op call gets the same operands in the same order whatever the thread
+ * count, so results are bitwise identical for any num_threads. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "call.h"
+#include "table.h"
+#include "threads.h"
+
+/* AUTO runs sequences of at most this many tokens token by token: below it
+ * the chunk machinery costs more than it saves. */
+enum { AUTO_RECURRENT_MAX_T = 16 };
+
+static int64_t chunk_for(const la_additive_ops *ops, const la_call *c)
+{
+    const int64_t n = c->chunk ? c->chunk : ops->default_chunk(c->dk, c->dv, c->gate);
+    return n < c->T ? n : c->T;
+}
+
+static int64_t chunk_rows(int64_t T, int64_t t0, int64_t chunk)
+{
+    return T - t0 < chunk ? T - t0 : chunk;
+}
+
+/* The head problem of value head i = b * H + h. */
+static la_head head_at(const la_call *c, int64_t i)
+{
+    const int64_t b = i / c->H, hd = i % c->H, qh = la_qk_head(c, hd);
+    la_head h = {
+        .T = c->T,
+        .dk = c->dk,
+        .dv = c->dv,
+        .q = c->q + b * c->sq.batch + qh * c->sq.head,
+        .k = c->k + b * c->sk.batch + qh * c->sk.head,
+        .v = c->v + b * c->sv.batch + hd * c->sv.head,
+        .o = c->o + b * c->so.batch + hd * c->so.head,
+        .q_ts = c->sq.token,
+        .k_ts = c->sk.token,
+        .v_ts = c->sv.token,
+        .o_ts = c->so.token,
+        .scale = c->scale,
+        .eps = c->eps,
+        .phi = c->phi,
+        .gate = c->gate,
+    };
+    if (c->gate != LA_GATE_NONE) {
+        h.g = c->g + b * c->sg.batch + hd * c->sg.head;
+        h.g_ts = c->sg.token;
+    }
+    return h;
+}
+
+/* Workspace of one head, carved from one per-thread block:
+ *   zero state (no user state) | z compensation (recurrent) |
+ *   unit-norm q, k copies (qk_l2norm) | u, uz + pack (chunked) */
+typedef struct {
+    size_t zero, zc, norm, chunk_state, pack, total;
+} head_ws;
+
+static head_ws ws_plan(const la_call *c, int chunked, int64_t chunk, size_t pack_bytes)
+{
+    head_ws w = {0};
+    const size_t dk = (size_t)c->dk, T = (size_t)c->T;
+    const size_t state = la_size_floats(c->head_state_elems);
+    w.zero = c->s ? 0 : state;
+    w.zc = !chunked && c->z && c->T > 1 ? la_size_floats(dk) : 0;
+    w.norm = c->qk_l2norm ? la_size_floats(la_size_mul(2 * dk, T)) : 0;
+    w.chunk_state = chunked ? state : 0;
+    w.pack = chunked ? la_size_up64(pack_bytes) : 0;
+    (void)chunk;
+    w.total = la_size_add(la_size_add(la_size_add(w.zero, w.zc), la_size_add(w.norm, w.chunk_state)),
+                          w.pack);
+    return w;
+}
+
+/* phi, then unit L2 norm, of T rows of x into out (contiguous [T][dk]);
+ * the kernels then apply the identity feature map and the scale. */
+static void l2norm_rows(const float *x, int64_t ts, int64_t T, int64_t dk, linattn_phi phi,
+                        float *out)
+{
+    for (int64_t t = 0; t < T; t++) {
+        const float *r = x + t * ts;
+        float *w = out + t * dk;
+        double ss = 0.0;
+        for (int64_t i = 0; i < dk; i++) {
+            const float y = phi == LINATTN_PHI_ELU1   ? (r[i] > 0.0f ? r[i] + 1.0f : expf(r[i]))
+                            : phi == LINATTN_PHI_RELU ? (r[i] > 0.0f || isnan(r[i]) ? r[i] : 0.0f)
+                                                      : r[i];
+            w[i] = y;
+            ss += (double)y * y;
+        }
+        const float inv = (float)(1.0 / sqrt(ss + 1e-6));
+        for (int64_t i = 0; i < dk; i++)
+            w[i] *= inv;
+    }
+}
+
+/* Binds head i's state (the user's, or a zeroed one) and its workspace. */
+static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, const head_ws *w)
+{
+    const size_t elems = c->head_state_elems;
+    if (c->s) {
+        h->s = c->s + (size_t)i * (size_t)(c->dk * c->dv);
+        h->z = c->z ? c->z + i * c->dk : NULL;
+    } else {
+        memset(ws, 0, elems * sizeof(float));
+        h->s = (float *)ws;
+        h->z = c->normalize ? h->s + c->dk * c->dv : NULL;
+    }
+    ws += w->zero;
+    if (w->zc) {
+        memset(ws, 0, (size_t)c->dk * sizeof(float));
+        h->zc = h->z ? (float *)ws : NULL;
+    }
+    ws += w->zc;
+    if (w->norm) {
+        float *nq = (float *)ws, *nk = nq + c->T * c->dk;
+        l2norm_rows(h->q, h->q_ts, h->T, h->dk, h->phi, nq);
+        l2norm_rows(h->k, h->k_ts, h->T, h->dk, h->phi, nk);
+        h->q = nq, h->k = nk, h->q_ts = h->k_ts = h->dk;
+        h->phi = LINATTN_PHI_IDENTITY;
+    }
+}
+
+/* The token loop of the recurrent forward and of a step. */
+static void run_tokens(const la_additive_ops *ops, const la_head *h)
+{
+    for (int64_t t = 0; t < h->T; t++)
+        ops->token(h, h->q + t * h->q_ts, h->k + t * h->k_ts, h->v + t * h->v_ts,
+                   h->gate == LA_GATE_NONE ? NULL : h->g + t * h->g_ts, h->o + t * h->o_ts);
+}
+
+static void run_chunks(const la_additive_ops *ops, const la_head *h, float *u, void *pack)
+{
+    float *uz = u + h->dk * h->dv;
+    for (int64_t t0 = 0; t0 < h->T; t0 += h->chunk) {
+        const int64_t n = chunk_rows(h->T, t0, h->chunk);
+        ops->chunk_pack(h, t0, n, pack);
+        ops->chunk_output(h, pack, t0, n, h->s, h->z);
+        ops->chunk_state(h, pack, t0, n, u, uz);
+        ops->state_combine(h, pack, n, h->s, h->z, u, uz);
+    }
+}
+
+typedef struct {
+    const la_additive_ops *ops;
+    const la_call *c;
+    int chunked;
+    int64_t chunk;
+    head_ws w;
+    unsigned char *ws; /* w.total bytes per thread */
+} head_job;
+
+static void run_head(const head_job *j, int64_t i, int tid)
+{
+    unsigned char *mine = j->ws ? j->ws + j->w.total * (size_t)tid : NULL;
+    la_head h = head_at(j->c, i);
+    h.chunk = j->chunk;
+    bind(&h, j->c, i, mine, &j->w);
+    if (!j->c->causal)
+        j->ops->forward_noncausal(&h);
+    else if (j->chunked)
+        run_chunks(j->ops, &h, (float *)(mine + j->w.zero + j->w.zc + j->w.norm),
+                   mine + j->w.zero + j->w.zc + j->w.norm + j->w.chunk_state);
+    else
+        run_tokens(j->ops, &h);
+}
+
+/* Fewer heads than threads: one head at a time, its chunks spread over the
+ * threads in blocks. For each block, chunk_pack + chunk_state of every chunk
+ * run in parallel, then one thread folds the chunk states in order (keeping
+ * the state before each chunk), then chunk_output of every chunk runs in
+ * parallel. Every op sees the same inputs as in run_chunks, so the results
+ * are bitwise those of one thread. */
+static linattn_status run_sequence_parallel(const head_job *j, int wanted)
+{
+    const la_additive_ops *ops = j->ops;
+    const la_call *c = j->c;
+    const int64_t heads = c->B * c->H, chunk = j->chunk, T = c->T;
+    const int64_t nchunks = (T + chunk - 1) / chunk;
+    const int nt = la_team_size(wanted, nchunks);
+    const int64_t block = nchunks < 4 * (int64_t)nt ? nchunks : 4 * (int64_t)nt;
+    const size_t state_floats = (size_t)(c->dk * c->dv);
+    const size_t state = la_size_floats(c->head_state_elems);
+    const size_t pack = la_size_up64(ops->pack_bytes(chunk, c->dk, c->dv));
+    /* ws: the head workspace (zero state, unit-norm copies), then per chunk
+     * of a block a slot holding its pack, its own state u (+ uz) and the
+     * state before it (+ z) */
+    const size_t per_chunk = la_size_add(pack, la_size_mul(2, state));
+    const size_t bytes = la_size_add(j->w.zero + j->w.norm, la_size_mul(per_chunk, (size_t)block));
+    unsigned char *ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
+    if (ws == NULL)
+        return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
+    unsigned char *slots = ws + j->w.zero + j->w.norm;
+#define SLOT_PACK(x) (slots + per_chunk * (size_t)(x))
+#define SLOT_U(x) ((float *)(SLOT_PACK(x) + pack))
+#define SLOT_BEFORE(x) ((float *)(SLOT_PACK(x) + pack + state))
+
+    const head_ws hw = {.zero = j->w.zero, .norm = j->w.norm};
+    for (int64_t i = 0; i < heads; i++) {
+        la_head h = head_at(c, i);
+        h.chunk = chunk;
+        bind(&h, c, i, ws, &hw);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+#endif
+        for (int64_t c0 = 0; c0 < nchunks; c0 += block) {
+            const int64_t m = nchunks - c0 < block ? nchunks - c0 : block;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t x = 0; x < m; x++) {
+                const int64_t t0 = (c0 + x) * chunk, n = chunk_rows(T, t0, chunk);
+                ops->chunk_pack(&h, t0, n, SLOT_PACK(x));
+                ops->chunk_state(&h, SLOT_PACK(x), t0, n, SLOT_U(x), SLOT_U(x) + state_floats);
+            }
+#ifdef _OPENMP
+#pragma omp single
+#endif
+            for (int64_t x = 0; x < m; x++) {
+                const int64_t n = chunk_rows(T, (c0 + x) * chunk, chunk);
+                memcpy(SLOT_BEFORE(x), h.s, state_floats * sizeof(float));
+                if (h.z)
+                    memcpy(SLOT_BEFORE(x) + state_floats, h.z, (size_t)c->dk * sizeof(float));
+                ops->state_combine(&h, SLOT_PACK(x), n, h.s, h.z, SLOT_U(x),
+                                   SLOT_U(x) + state_floats);
+            }
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t x = 0; x < m; x++) {
+                const int64_t t0 = (c0 + x) * chunk, n = chunk_rows(T, t0, chunk);
+                const float *before = SLOT_BEFORE(x);
+                ops->chunk_output(&h, SLOT_PACK(x), t0, n, before,
+                                  h.z ? before + state_floats : NULL);
+            }
+        }
+    }
+#undef SLOT_PACK
+#undef SLOT_U
+#undef SLOT_BEFORE
+    free(ws);
+    return LINATTN_OK;
+}
+
+linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
+{
+    const la_additive_ops *ops = kern->additive;
+    const int64_t heads = c->B * c->H;
+    head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(ops, c)};
+    j.chunked = c->causal && !c->step &&
+                (c->algo == LINATTN_ALGO_CHUNKED ||
+                 (c->algo == LINATTN_ALGO_AUTO && c->T > AUTO_RECURRENT_MAX_T));
+    const size_t pack = j.chunked ? ops->pack_bytes(j.chunk, c->dk, c->dv) : 0;
+    j.w = ws_plan(c, j.chunked, j.chunk, pack);
+    const int wanted = la_threads_wanted(c->num_threads);
+    if (j.chunked && heads < wanted && c->T > j.chunk)
+        return run_sequence_parallel(&j, wanted);
+
+    const int nt = la_team_size(wanted, heads);
+    if (j.w.total) {
+        const size_t bytes = la_size_mul(j.w.total, (size_t)nt);
+        j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
+        if (j.ws == NULL)
+            return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
+    }
+    LA_FOR_EACH_UNIT(nt, heads, i, tid, run_head(&j, i, tid));
+    free(j.ws);
+    return LINATTN_OK;
+}

@@ -1,0 +1,61 @@
+/* Private: a validated call. The entry points fetch the active kernels,
+ * then la_check turns the user's config and pointers into one la_call that
+ * the family drivers take: every field checked, every ignored field
+ * neutralised (token strides of a step, g strides without a gate), gate
+ * kinds reduced to what kernels see, byte counts known not to overflow. */
+#ifndef LINATTN_CALL_H
+#define LINATTN_CALL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gate.h"
+#include "linattn.h"
+
+typedef enum { LA_FAMILY_ADDITIVE, LA_FAMILY_DELTA } la_family;
+
+typedef struct la_call {
+    la_family family;
+    int step; /* one token per (b, h): T = 1, token strides 0 */
+    int64_t B, H, T, dk, dv;
+    int64_t qk_heads; /* q/k heads, >= 1, divides H */
+    linattn_head_map head_map;
+    linattn_phi phi;
+    la_gate gate; /* HEAD arrives as TOKEN with sg.token = 0 */
+    int causal, normalize, qk_l2norm;
+    float eps, scale;
+    linattn_algo algo;
+    int64_t chunk;   /* 0: the table's choice */
+    int num_threads; /* as asked, >= 0; the drivers cap it */
+    /* Element sizes in bytes of the inputs, outputs and state (float today;
+     * a dtype field would set them and every range follows). */
+    size_t in_size, out_size, state_size;
+    size_t head_state_elems; /* dk*dv (+ dk when normalising): fits, times B*H */
+    const float *q, *k, *v, *g, *beta;
+    float *o, *s, *z; /* z NULL unless normalising */
+    linattn_strides sq, sk, sv, so, sg, sbeta;
+} la_call;
+
+/* The q/k head value head h reads. */
+static inline int64_t la_qk_head(const la_call *c, int64_t h)
+{
+    const int64_t group = c->H / c->qk_heads;
+    return c->head_map == LINATTN_HEADS_TILED ? h % c->qk_heads : h / group;
+}
+
+/* check.c: OK and *c filled, or a status with linattn_last_error set. */
+linattn_status la_check(la_call *c, la_family family, int step, const linattn_config *cfg,
+                        const float *q, const float *k, const float *v, const float *g,
+                        const float *beta, float *o, float *s, float *z);
+
+/* error.c: the thread's last-error message. */
+linattn_status la_fail(linattn_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void la_succeed(void);
+
+/* additive_driver.c, delta_driver.c: run a validated call. */
+struct la_kernels;
+linattn_status la_additive_run(const struct la_kernels *kern, const la_call *c);
+linattn_status la_delta_run(const struct la_kernels *kern, const la_call *c);
+
+#endif

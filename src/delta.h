@@ -1,0 +1,70 @@
+/* Private: the delta-rule family (DeltaNet, Gated DeltaNet, Kimi Delta
+ * Attention), its ops and their contract.
+ *
+ * Maths, per value head, tokens t = 0..T-1, state S [dk][dv]:
+ *   qh_t = scale * nrm(phi(q_t)), kh_t = nrm(phi(k_t))  (nrm: unit L2 norm or identity)
+ *   S = L_t S                        decay first: 1, e^g, or row i times e^g[i]
+ *   u_t = beta_t (v_t - S^T kh_t)    with the decayed S
+ *   S = S + kh_t u_t^T
+ *   o_t = S^T qh_t                   with the updated S
+ *
+ * Value column j of S, u and o depends only on column j and the shared
+ * qh, kh, decay and beta: both algorithms run on a tile of value columns
+ * [j0, j0 + nj), so the driver can spread (batch, head, tile) units over
+ * threads with no communication and results independent of the split.
+ *
+ * recurrent: token order, the dk x nj slice of S kept hot for all T tokens.
+ * chunked: the WY (UT-transform) form per chunk of C tokens, gate prefix
+ *   sums G restarted at each chunk so every exponent is <= 0:
+ *     A = strictly_lower(diag(beta) (Kh Kh^T) o Gamma), Gamma_ij = e^(G_i - G_j)
+ *     Tm = (I + A)^-1 diag(beta)          forward substitution
+ *     W = Tm (Kh o e^G), U = Tm V, V' = U - W S
+ *     O = (Qh o e^G) S + tril((Qh Kh^T) o Gamma) V'
+ *     S = e^(G_last) S + (Kh o e^(G_last - G))^T V'
+ *   (per-channel gates: G per channel, Gamma and the products per channel.)
+ */
+#ifndef LINATTN_DELTA_H
+#define LINATTN_DELTA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gate.h"
+#include "linattn.h"
+#include "sizes.h"
+
+/* One (batch, value head) problem; pointers offset to (b, h) (q and k to
+ * the q/k head this value head reads). Token t of q is q + t * q_ts; the
+ * gate of token t is g[t * g_ts] (TOKEN; g_ts 0 for a per-head gate) or the
+ * dk floats at g + t * g_ts (CHANNEL); beta of token t is beta[t * beta_ts]. */
+typedef struct la_delta_head {
+    int64_t T, dk, dv;
+    const float *q, *k, *v, *g, *beta;
+    float *o;
+    int64_t q_ts, k_ts, v_ts, g_ts, beta_ts, o_ts;
+    float *s; /* [dk][dv], in/out, never NULL */
+    float scale;
+    linattn_phi phi;
+    int l2norm;
+    la_gate gate;
+    int64_t chunk; /* chunked only: rows per chunk, >= 1 */
+} la_delta_head;
+
+typedef struct la_delta_ops {
+    /* Value columns per unit of work (the driver's tile width). */
+    int64_t (*tile_columns)(int64_t dk, int64_t dv);
+    /* Workspace bytes of one recurrent / chunked call on a tile of nj
+     * columns (saturating arithmetic; SIZE_MAX: too big). */
+    size_t (*recurrent_bytes)(int64_t dk, int64_t nj);
+    size_t (*chunked_bytes)(int64_t chunk, int64_t dk, int64_t nj);
+    /* All T tokens of h on columns [j0, j0 + nj) of S and o; ws is 64-byte
+     * aligned, of the size above. */
+    void (*recurrent)(const la_delta_head *h, int64_t j0, int64_t nj, void *ws);
+    void (*chunked)(const la_delta_head *h, int64_t j0, int64_t nj, void *ws);
+    /* Chunk size for chunk = 0, and AUTO's choice (1: chunked) for T tokens;
+     * both from measurements of this table. */
+    int64_t (*default_chunk)(int64_t dk, int64_t dv, la_gate gate);
+    int (*prefer_chunked)(int64_t T, int64_t dk, int64_t dv, la_gate gate);
+} la_delta_ops;
+
+#endif

@@ -1,0 +1,109 @@
+/* The delta family's driver. Value columns of the state are independent
+ * (see delta.h), so the work units are (batch, value head, column tile):
+ * B = 1 decode and prefill still spread over every thread, and each unit
+ * computes exactly the same thing whatever the thread count. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "call.h"
+#include "table.h"
+#include "threads.h"
+
+static la_delta_head head_at(const la_call *c, int64_t i, int64_t chunk)
+{
+    const int64_t b = i / c->H, hd = i % c->H, qh = la_qk_head(c, hd);
+    la_delta_head h = {
+        .T = c->T,
+        .dk = c->dk,
+        .dv = c->dv,
+        .q = c->q + b * c->sq.batch + qh * c->sq.head,
+        .k = c->k + b * c->sk.batch + qh * c->sk.head,
+        .v = c->v + b * c->sv.batch + hd * c->sv.head,
+        .beta = c->beta + b * c->sbeta.batch + hd * c->sbeta.head,
+        .o = c->o + b * c->so.batch + hd * c->so.head,
+        .q_ts = c->sq.token,
+        .k_ts = c->sk.token,
+        .v_ts = c->sv.token,
+        .beta_ts = c->sbeta.token,
+        .o_ts = c->so.token,
+        .scale = c->scale,
+        .phi = c->phi,
+        .l2norm = c->qk_l2norm,
+        .gate = c->gate,
+        .chunk = chunk,
+    };
+    if (c->gate != LA_GATE_NONE) {
+        h.g = c->g + b * c->sg.batch + hd * c->sg.head;
+        h.g_ts = c->sg.token;
+    }
+    return h;
+}
+
+/* A step keeps the kernel workspace on the stack when it fits: decode
+ * calls never allocate (each thread has its own stack). */
+enum { STEP_STACK_BYTES = 8192 };
+
+typedef struct {
+    const la_delta_ops *ops;
+    const la_call *c;
+    int chunked;
+    int64_t chunk, tile, ntiles;
+    size_t zero_bytes, kernel_bytes, per_thread;
+    unsigned char *ws;
+} delta_job;
+
+static void run_unit(const delta_job *j, int64_t unit, int tid)
+{
+    const la_call *c = j->c;
+    const int64_t i = unit / j->ntiles, j0 = unit % j->ntiles * j->tile;
+    const int64_t nj = c->dv - j0 < j->tile ? c->dv - j0 : j->tile;
+    _Alignas(64) unsigned char stack[STEP_STACK_BYTES];
+    unsigned char *mine = j->ws ? j->ws + j->per_thread * (size_t)tid : stack;
+    la_delta_head h = head_at(c, i, j->chunk);
+    if (c->s) {
+        h.s = c->s + (size_t)i * c->head_state_elems;
+    } else { /* a zero initial state; only this tile's columns are used */
+        h.s = (float *)mine;
+        for (int64_t r = 0; r < c->dk; r++)
+            memset(h.s + r * c->dv + j0, 0, (size_t)nj * sizeof(float));
+    }
+    void *kws = mine + j->zero_bytes;
+    if (j->chunked)
+        j->ops->chunked(&h, j0, nj, kws);
+    else
+        j->ops->recurrent(&h, j0, nj, kws);
+}
+
+linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
+{
+    const la_delta_ops *ops = kern->delta;
+    delta_job j = {.ops = ops, .c = c};
+    j.tile = ops->tile_columns(c->dk, c->dv);
+    if (j.tile > c->dv)
+        j.tile = c->dv;
+    j.ntiles = (c->dv + j.tile - 1) / j.tile;
+    j.chunked = !c->step && (c->algo == LINATTN_ALGO_CHUNKED ||
+                             (c->algo == LINATTN_ALGO_AUTO &&
+                              ops->prefer_chunked(c->T, c->dk, c->dv, c->gate)));
+    if (j.chunked) {
+        j.chunk = c->chunk ? c->chunk : ops->default_chunk(c->dk, c->dv, c->gate);
+        if (j.chunk > c->T)
+            j.chunk = c->T;
+    }
+    j.zero_bytes = c->s ? 0 : la_size_floats(c->head_state_elems);
+    j.kernel_bytes = la_size_up64(j.chunked ? ops->chunked_bytes(j.chunk, c->dk, j.tile)
+                                            : ops->recurrent_bytes(c->dk, j.tile));
+    j.per_thread = la_size_add(j.zero_bytes, j.kernel_bytes);
+
+    const int64_t units = c->B * c->H * j.ntiles;
+    const int nt = la_team_size(la_threads_wanted(c->num_threads), units);
+    if (!(c->step && j.per_thread <= STEP_STACK_BYTES)) {
+        const size_t bytes = la_size_mul(j.per_thread, (size_t)nt);
+        j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
+        if (j.ws == NULL)
+            return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
+    }
+    LA_FOR_EACH_UNIT(nt, units, unit, tid, run_unit(&j, unit, tid));
+    free(j.ws);
+    return LINATTN_OK;
+}

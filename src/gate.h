@@ -1,0 +1,23 @@
+/* Gate kinds as kernels see them, and how every kernel keeps strong decay
+ * exact and free of subnormal arithmetic. */
+#ifndef LINATTN_GATE_H
+#define LINATTN_GATE_H
+
+/* The driver turns LINATTN_GATE_HEAD into LA_GATE_TOKEN with a token stride
+ * of 0, so only three kinds reach a kernel. */
+typedef enum { LA_GATE_NONE = 0, LA_GATE_TOKEN, LA_GATE_CHANNEL } la_gate;
+
+/* A log-decay below LA_G_RESET is a full reset of the state (e^-100 is 0 in
+ * float). Kernels clamp every g they read to it before summing: prefix sums
+ * of a chunk then stay within 100 * chunk, where the small decays that
+ * follow a reset keep their precision (summing -1e16 and -0.3 would lose
+ * the -0.3), and any decay factor spanning the reset is still 0. */
+#define LA_G_RESET (-100.0f)
+
+/* Decay factors e^x with x below this are exactly 0: e^-80 = 1.8e-35, so
+ * products of a decay with operands above ~1e-3 stay normal floats instead
+ * of falling into subnormal arithmetic, which is 10-100x slower on x86.
+ * Dropping terms this small changes no result beyond float rounding. */
+#define LA_EXP_ZERO_BELOW (-80.0f)
+
+#endif

@@ -1,0 +1,147 @@
+/* The registry: which tables this build has, which this CPU can run, which
+ * one compute calls use. The choice is made once, thread-safely, on first
+ * use; LINATTN_ISA forces one. A forced name that is unknown or cannot run
+ * leaves no table active: compute calls return LINATTN_E_ISA until
+ * linattn_set_isa succeeds (no silent fallback). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "call.h"
+#include "table.h"
+
+#define LA_TABLE(sym) extern const la_table sym;
+#include "la_tables.h"
+#undef LA_TABLE
+
+/* Scalar first, then the order meson lists the ISA folders in. */
+static const la_table *const tables[] = {
+#define LA_TABLE(sym) &sym,
+#include "la_tables.h"
+#undef LA_TABLE
+};
+enum { TABLE_COUNT = sizeof tables / sizeof tables[0] };
+
+static const char *const isa_names[] = {
+    "auto",
+#define LA_ISA(suffix, name) name,
+#include "isa.def"
+#undef LA_ISA
+};
+enum { ISA_LIMIT = sizeof isa_names / sizeof isa_names[0] }; /* isa < ISA_LIMIT */
+
+/* isa.def and the public enum must list the ISAs in the same order. */
+enum {
+    ISA_INDEX_AUTO,
+#define LA_ISA(suffix, name) ISA_INDEX_##suffix,
+#include "isa.def"
+#undef LA_ISA
+};
+#define LA_ISA(suffix, name)                                                                      \
+    _Static_assert(LINATTN_ISA_##suffix == (int)ISA_INDEX_##suffix, "isa.def order: " name);
+#include "isa.def"
+#undef LA_ISA
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static uint32_t cpu;
+static la_kernels resolved[TABLE_COUNT];
+static const la_kernels *best;
+static const la_kernels *_Atomic active;
+
+int la_table_runnable(const la_table *t) { return (t->requires & ~cpu) == 0; }
+
+/* Family F of table i: its own, else that of the nearest runnable table
+ * before it (tables[0] is scalar, which has every family). */
+#define RESOLVE(i, F)                                                                             \
+    do {                                                                                          \
+        for (int j = (i); j >= 0; j--)                                                            \
+            if (tables[j]->F && la_table_runnable(tables[j])) {                                   \
+                resolved[i].F = tables[j]->F;                                                     \
+                break;                                                                            \
+            }                                                                                     \
+    } while (0)
+
+static const la_kernels *by_isa(linattn_isa isa)
+{
+    if (isa == LINATTN_ISA_AUTO)
+        return best;
+    const la_kernels *found = NULL;
+    for (int i = 0; i < TABLE_COUNT; i++)
+        if (tables[i]->isa == isa && !tables[i]->test_only && la_table_runnable(tables[i]))
+            found = &resolved[i];
+    return found;
+}
+
+static void init(void)
+{
+    cpu = la_cpu_features();
+    for (int i = 0; i < TABLE_COUNT; i++) {
+        resolved[i].table = tables[i];
+        RESOLVE(i, additive);
+        RESOLVE(i, delta);
+        if (!tables[i]->test_only && la_table_runnable(tables[i]) &&
+            (best == NULL || tables[i]->isa > best->table->isa))
+            best = &resolved[i];
+    }
+    const char *env = getenv("LINATTN_ISA");
+    active = best;
+    if (env == NULL || *env == '\0')
+        return;
+    active = NULL;
+    for (int isa = 0; isa < ISA_LIMIT; isa++)
+        if (strcmp(env, isa_names[isa]) == 0)
+            active = by_isa((linattn_isa)isa);
+}
+
+const la_kernels *la_active_kernels(void)
+{
+    pthread_once(&once, init);
+    return active;
+}
+
+const la_table *const *la_all_tables(int *count)
+{
+    pthread_once(&once, init);
+    *count = TABLE_COUNT;
+    return tables;
+}
+
+void la_force_table(const la_table *t)
+{
+    pthread_once(&once, init);
+    const la_kernels *k = NULL;
+    for (int i = 0; i < TABLE_COUNT; i++)
+        if (tables[i] == t)
+            k = &resolved[i];
+    active = k;
+}
+
+int linattn_isa_available(linattn_isa isa)
+{
+    pthread_once(&once, init);
+    return (unsigned)isa < ISA_LIMIT && by_isa(isa) != NULL;
+}
+
+linattn_status linattn_set_isa(linattn_isa isa)
+{
+    pthread_once(&once, init);
+    const la_kernels *k = (unsigned)isa < ISA_LIMIT ? by_isa(isa) : NULL;
+    if (k == NULL)
+        return la_fail(LINATTN_E_ISA,
+                       "linattn_set_isa(%d, \"%s\"): this CPU or this build cannot run it",
+                       (int)isa, linattn_isa_name(isa));
+    active = k;
+    la_succeed();
+    return LINATTN_OK;
+}
+
+linattn_isa linattn_get_isa(void)
+{
+    const la_kernels *k = la_active_kernels();
+    return (k ? k : best)->table->isa;
+}
+
+const char *linattn_isa_name(linattn_isa isa)
+{
+    return (unsigned)isa < ISA_LIMIT ? isa_names[isa] : "unknown";
+}

@@ -1,0 +1,260 @@
+/* The delta rule in plain C: the reference every SIMD table's delta ops
+ * are compared with, besides the double oracle of the tests. Both
+ * algorithms work on a tile of value columns [j0, j0 + nj) (see delta.h). */
+#include <math.h>
+#include <string.h>
+
+#include "../table.h"
+
+static float phi_scalar(linattn_phi phi, float x)
+{
+    switch (phi) {
+    case LINATTN_PHI_ELU1: return x > 0.0f ? x + 1.0f : expf(x);
+    case LINATTN_PHI_RELU: return x > 0.0f || isnan(x) ? x : 0.0f;
+    default: return x;
+    }
+}
+
+/* e^x for a non-positive exponent; exactly 0 below LA_EXP_ZERO_BELOW. */
+static float decay_of(double x) { return x < LA_EXP_ZERO_BELOW ? 0.0f : expf((float)x); }
+
+static float clamp_gate(float g) { return g < LA_G_RESET ? LA_G_RESET : g; }
+
+/* out = mult * nrm(phi(x)) over dk channels. */
+static void features(const la_delta_head *h, const float *x, float mult, float *out)
+{
+    double ss = 0.0;
+    for (int64_t i = 0; i < h->dk; i++) {
+        out[i] = phi_scalar(h->phi, x[i]);
+        ss += (double)out[i] * out[i];
+    }
+    if (h->l2norm)
+        mult *= (float)(1.0 / sqrt(ss + 1e-6));
+    for (int64_t i = 0; i < h->dk; i++)
+        out[i] *= mult;
+}
+
+/* ---- recurrent --------------------------------------------------------- */
+
+static int64_t tile_columns_scalar(int64_t dk, int64_t dv)
+{
+    (void)dk;
+    (void)dv;
+    return 64;
+}
+
+static size_t recurrent_bytes_scalar(int64_t dk, int64_t nj)
+{
+    return la_size_floats(la_size_add(la_size_mul(3, la_size_of_dim(dk)),
+                                      la_size_mul(2, la_size_of_dim(nj))));
+}
+
+/* Per token: pass 1 decays the tile's rows and accumulates S^T kh, then
+ * u = beta (v - S^T kh); pass 2 adds kh u^T and accumulates S^T qh. */
+static void recurrent_scalar(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
+{
+    const int64_t dk = h->dk, dv = h->dv;
+    float *qh = ws, *kh = qh + dk, *a = kh + dk, *u = a + dk, *acc = u + nj;
+    for (int64_t t = 0; t < h->T; t++) {
+        features(h, h->q + t * h->q_ts, h->scale, qh);
+        features(h, h->k + t * h->k_ts, 1.0f, kh);
+        for (int64_t i = 0; i < dk; i++)
+            a[i] = h->gate == LA_GATE_NONE      ? 1.0f
+                   : h->gate == LA_GATE_TOKEN   ? decay_of(h->g[t * h->g_ts])
+                                                : decay_of(h->g[t * h->g_ts + i]);
+        const float beta = h->beta[t * h->beta_ts];
+        const float *v = h->v + t * h->v_ts + j0;
+        float *o = h->o + t * h->o_ts + j0;
+        memset(u, 0, (size_t)nj * sizeof(float));
+        for (int64_t i = 0; i < dk; i++) {
+            float *srow = h->s + i * dv + j0;
+            for (int64_t j = 0; j < nj; j++) {
+                srow[j] *= a[i];
+                u[j] = fmaf(srow[j], kh[i], u[j]);
+            }
+        }
+        for (int64_t j = 0; j < nj; j++)
+            u[j] = beta * (v[j] - u[j]);
+        memset(acc, 0, (size_t)nj * sizeof(float));
+        for (int64_t i = 0; i < dk; i++) {
+            float *srow = h->s + i * dv + j0;
+            for (int64_t j = 0; j < nj; j++) {
+                srow[j] = fmaf(kh[i], u[j], srow[j]);
+                acc[j] = fmaf(srow[j], qh[i], acc[j]);
+            }
+        }
+        memcpy(o, acc, (size_t)nj * sizeof(float));
+    }
+}
+
+/* ---- chunked ----------------------------------------------------------- */
+
+static int64_t default_chunk_scalar(int64_t dk, int64_t dv, la_gate gate)
+{
+    (void)dk;
+    (void)dv;
+    (void)gate;
+    return 32;
+}
+
+/* Plain C gains nothing from the chunked form's extra flops. */
+static int prefer_chunked_scalar(int64_t T, int64_t dk, int64_t dv, la_gate gate)
+{
+    (void)T;
+    (void)dk;
+    (void)dv;
+    (void)gate;
+    return 0;
+}
+
+/* Workspace of one chunk on a tile: qh, kh, W [C][dk]; G [C][dk] doubles
+ * (prefix sums of g, column 0 only for TOKEN); beta [C]; A, P [C][C];
+ * U [C][nj]. */
+typedef struct {
+    float *qh, *kh, *w, *beta, *a, *p, *u;
+    double *gsum;
+} chunk_ws;
+
+static size_t chunked_bytes_scalar(int64_t chunk, int64_t dk, int64_t nj)
+{
+    const size_t C = la_size_of_dim(chunk), d = la_size_of_dim(dk), n = la_size_of_dim(nj);
+    const size_t cd = la_size_mul(C, d);
+    size_t b = la_size_floats(la_size_mul(3, cd));
+    b = la_size_add(b, la_size_up64(la_size_mul(cd, sizeof(double))));
+    b = la_size_add(b, la_size_floats(C));
+    b = la_size_add(b, la_size_floats(la_size_mul(2, la_size_mul(C, C))));
+    return la_size_add(b, la_size_floats(la_size_mul(C, n)));
+}
+
+static chunk_ws carve(void *ws, int64_t C, int64_t dk)
+{
+    chunk_ws w;
+    unsigned char *p = ws;
+    const size_t cd = (size_t)(C * dk);
+    w.qh = (float *)p, w.kh = w.qh + cd, w.w = w.kh + cd;
+    p += la_size_floats(3 * cd);
+    w.gsum = (double *)p;
+    p += la_size_up64(cd * sizeof(double));
+    w.beta = (float *)p;
+    p += la_size_floats((size_t)C);
+    w.a = (float *)p, w.p = w.a + C * C;
+    p += la_size_floats((size_t)(2 * C * C));
+    w.u = (float *)p;
+    return w;
+}
+
+/* e^(G_i - G_j) for channel c (TOKEN: column 0), i >= j. */
+static float gamma_of(const la_delta_head *h, const chunk_ws *w, int64_t i, int64_t j, int64_t c)
+{
+    if (h->gate == LA_GATE_NONE)
+        return 1.0f;
+    const int64_t col = h->gate == LA_GATE_CHANNEL ? c : 0;
+    return decay_of(w->gsum[i * h->dk + col] - w->gsum[j * h->dk + col]);
+}
+
+/* e^(G_i) (from the chunk start) for channel c. */
+static float growth_of(const la_delta_head *h, const chunk_ws *w, int64_t i, int64_t c)
+{
+    if (h->gate == LA_GATE_NONE)
+        return 1.0f;
+    return decay_of(w->gsum[i * h->dk + (h->gate == LA_GATE_CHANNEL ? c : 0)]);
+}
+
+static void chunk_scalar(const la_delta_head *h, int64_t t0, int64_t n, int64_t j0, int64_t nj,
+                         const chunk_ws *w)
+{
+    const int64_t dk = h->dk, dv = h->dv, C = h->chunk;
+    /* pack: features, beta, prefix sums of the clamped gate */
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t t = t0 + i;
+        features(h, h->q + t * h->q_ts, h->scale, w->qh + i * dk);
+        features(h, h->k + t * h->k_ts, 1.0f, w->kh + i * dk);
+        w->beta[i] = h->beta[t * h->beta_ts];
+        const int64_t ng = h->gate == LA_GATE_CHANNEL ? dk : h->gate == LA_GATE_TOKEN ? 1 : 0;
+        for (int64_t c = 0; c < ng; c++) {
+            const double g = clamp_gate(h->g[t * h->g_ts + c]);
+            w->gsum[i * dk + c] = i ? w->gsum[(i - 1) * dk + c] + g : g;
+        }
+    }
+    /* A (strictly lower) and P = tril((Qh Kh^T) o Gamma) */
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j <= i; j++) {
+            float kk = 0.0f, qk = 0.0f;
+            for (int64_t c = 0; c < dk; c++) {
+                const float gm = gamma_of(h, w, i, j, c);
+                kk += w->kh[i * dk + c] * w->kh[j * dk + c] * gm;
+                qk += w->qh[i * dk + c] * w->kh[j * dk + c] * gm;
+            }
+            w->a[i * C + j] = j < i ? w->beta[i] * kk : 0.0f;
+            w->p[i * C + j] = qk;
+        }
+    /* forward substitution: W = (I + A)^-1 diag(beta) (Kh o e^G), U likewise of V */
+    for (int64_t i = 0; i < n; i++) {
+        float *wi = w->w + i * dk, *ui = w->u + i * nj;
+        const float *v = h->v + (t0 + i) * h->v_ts + j0;
+        for (int64_t c = 0; c < dk; c++)
+            wi[c] = w->beta[i] * w->kh[i * dk + c] * growth_of(h, w, i, c);
+        for (int64_t j = 0; j < nj; j++)
+            ui[j] = w->beta[i] * v[j];
+        for (int64_t l = 0; l < i; l++) {
+            const float al = w->a[i * C + l];
+            for (int64_t c = 0; c < dk; c++)
+                wi[c] -= al * w->w[l * dk + c];
+            for (int64_t j = 0; j < nj; j++)
+                ui[j] -= al * w->u[l * nj + j];
+        }
+    }
+    /* V' = U - W S (in place in U) */
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < dk; c++) {
+            const float wc = w->w[i * dk + c];
+            const float *srow = h->s + c * dv + j0;
+            for (int64_t j = 0; j < nj; j++)
+                w->u[i * nj + j] -= wc * srow[j];
+        }
+    /* O = (Qh o e^G) S + P V' */
+    for (int64_t i = 0; i < n; i++) {
+        float *o = h->o + (t0 + i) * h->o_ts + j0;
+        memset(o, 0, (size_t)nj * sizeof(float));
+        for (int64_t c = 0; c < dk; c++) {
+            const float qc = w->qh[i * dk + c] * growth_of(h, w, i, c);
+            const float *srow = h->s + c * dv + j0;
+            for (int64_t j = 0; j < nj; j++)
+                o[j] += qc * srow[j];
+        }
+        for (int64_t l = 0; l <= i; l++) {
+            const float pl = w->p[i * C + l];
+            for (int64_t j = 0; j < nj; j++)
+                o[j] += pl * w->u[l * nj + j];
+        }
+    }
+    /* S = e^(G_last) S + (Kh o e^(G_last - G))^T V' */
+    for (int64_t c = 0; c < dk; c++) {
+        float *srow = h->s + c * dv + j0;
+        const float el = growth_of(h, w, n - 1, c);
+        for (int64_t j = 0; j < nj; j++)
+            srow[j] *= el;
+        for (int64_t i = 0; i < n; i++) {
+            const float kc = w->kh[i * dk + c] * gamma_of(h, w, n - 1, i, c);
+            for (int64_t j = 0; j < nj; j++)
+                srow[j] += kc * w->u[i * nj + j];
+        }
+    }
+}
+
+static void chunked_scalar(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
+{
+    const chunk_ws w = carve(ws, h->chunk, h->dk);
+    for (int64_t t0 = 0; t0 < h->T; t0 += h->chunk)
+        chunk_scalar(h, t0, h->T - t0 < h->chunk ? h->T - t0 : h->chunk, j0, nj, &w);
+}
+
+const la_delta_ops la_delta_scalar = {
+    .tile_columns = tile_columns_scalar,
+    .recurrent_bytes = recurrent_bytes_scalar,
+    .chunked_bytes = chunked_bytes_scalar,
+    .recurrent = recurrent_scalar,
+    .chunked = chunked_scalar,
+    .default_chunk = default_chunk_scalar,
+    .prefer_chunked = prefer_chunked_scalar,
+};

@@ -1,0 +1,70 @@
+/* Private: how many threads a call may use, and the loop that spreads
+ * independent work units over them. A single thread never enters OpenMP:
+ * a parallel region costs more than a small call. */
+#ifndef LINATTN_THREADS_H
+#define LINATTN_THREADS_H
+
+#include <stdint.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* No call starts more threads than this, whatever num_threads says: the
+ * OpenMP runtime fails (or exits the process) on absurd team sizes. */
+enum { LA_MAX_THREADS = 256 };
+
+/* Threads asked for: num_threads, or the OpenMP default for 0, capped by the
+ * runtime's thread limit and LA_MAX_THREADS (1 without OpenMP). */
+static inline int la_threads_wanted(int num_threads)
+{
+#ifdef _OPENMP
+    int64_t n = num_threads ? num_threads : omp_get_max_threads();
+    const int64_t limit = omp_get_thread_limit();
+    if (n > limit)
+        n = limit;
+#else
+    int64_t n = 1;
+    (void)num_threads;
+#endif
+    if (n > LA_MAX_THREADS)
+        n = LA_MAX_THREADS;
+    return n < 1 ? 1 : (int)n;
+}
+
+/* The team for `units` independent units: never more threads than units. */
+static inline int la_team_size(int wanted, int64_t units)
+{
+    return units < wanted ? (int)(units < 1 ? 1 : units) : wanted;
+}
+
+/* Runs BODY for unit = 0..units-1 on nt threads (static schedule; tid is the
+ * thread's index, for its slice of a workspace). */
+#ifdef _OPENMP
+#define LA_FOR_EACH_UNIT(nt, units, unit, tid, BODY)                                              \
+    do {                                                                                          \
+        if ((nt) <= 1) {                                                                          \
+            for (int64_t unit = 0; unit < (units); unit++) {                                      \
+                const int tid = 0;                                                                \
+                BODY;                                                                             \
+            }                                                                                     \
+        } else {                                                                                  \
+            _Pragma("omp parallel for schedule(static) num_threads(nt)")                        \
+            for (int64_t unit = 0; unit < (units); unit++) {                                      \
+                const int tid = omp_get_thread_num();                                             \
+                BODY;                                                                             \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+#else
+#define LA_FOR_EACH_UNIT(nt, units, unit, tid, BODY)                                              \
+    do {                                                                                          \
+        (void)(nt);                                                                               \
+        for (int64_t unit = 0; unit < (units); unit++) {                                          \
+            const int tid = 0;                                                                    \
+            BODY;                                                                                 \
+        }                                                                                         \
+    } while (0)
+#endif
+
+#endif

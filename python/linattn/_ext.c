@@ -15,14 +15,6 @@
 
 #include "linattn.h"
 
-/* TRANSITIONAL (remove when the 0.2 entry points are on main): weak
- * references let the module load against a library that lacks them. */
-#pragma weak linattn_last_error
-#pragma weak linattn_config_init_step
-#pragma weak linattn_delta_forward
-#pragma weak linattn_delta_step
-#define HAVE_(f) (&(f) != NULL)
-
 enum { RUN_FORWARD, RUN_STEP, RUN_DELTA_FORWARD, RUN_DELTA_STEP };
 enum { LAYOUT_BHTD, LAYOUT_BTHD };
 
@@ -200,7 +192,7 @@ static PyObject *raise_status(linattn_status st)
     PyObject *type = st == LINATTN_E_NOMEM ? PyExc_MemoryError
                      : st == LINATTN_E_ISA ? PyExc_RuntimeError
                                            : PyExc_ValueError;
-    PyErr_SetString(type, HAVE_(linattn_last_error) ? linattn_last_error() : linattn_strerror(st));
+    PyErr_SetString(type, linattn_last_error());
     return NULL;
 }
 
@@ -319,14 +311,8 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
 
     linattn_config cfg;
-    if (delta && !HAVE_(linattn_delta_forward)) {
-        PyErr_SetString(PyExc_NotImplementedError, "this build of linattn has no delta rule");
-        goto done;
-    }
-    if (step && HAVE_(linattn_config_init_step))
+    if (step)
         linattn_config_init_step(&cfg, B, H, dk, dv);
-    else if (step)
-        linattn_config_init(&cfg, B, H, 1, dk, dv);
     else
         linattn_config_init(&cfg, B, H, T, dk, dv);
     cfg.phi = (linattn_phi)phi;
@@ -434,7 +420,7 @@ static PyObject *last_error(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    return PyUnicode_FromString(HAVE_(linattn_last_error) ? linattn_last_error() : "unknown");
+    return PyUnicode_FromString(linattn_last_error());
 }
 
 /* The C call alone on a prepared decode step, for bench_overhead.py:
@@ -466,10 +452,7 @@ static PyObject *step_loop(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (acquire_packed(args[5], "z", "[B, H, K]", 3, ws, &z))
         goto z_fail;
     linattn_config cfg;
-    if (HAVE_(linattn_config_init_step))
-        linattn_config_init_step(&cfg, q.n[0], q.n[1], q.n[3], v.n[3]);
-    else
-        linattn_config_init(&cfg, q.n[0], q.n[1], 1, q.n[3], v.n[3]);
+    linattn_config_init_step(&cfg, q.n[0], q.n[1], q.n[3], v.n[3]);
     cfg.num_threads = 1;
     linattn_status st = LINATTN_OK;
     PyObject *time = PyImport_ImportModule("time");
@@ -527,8 +510,5 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__ext(void)
 {
-    PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "HAVE_DELTA", HAVE_(linattn_delta_forward)) != 0)
-        Py_CLEAR(m);
-    return m;
+    return PyModule_Create(&module);
 }

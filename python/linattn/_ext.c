@@ -122,7 +122,7 @@ fail:
 static int acquire_packed(PyObject *obj, const char *name, const char *shape, int nd,
                           const int64_t *want, view *v)
 {
-    static const char axes[][5] = {"", "d", "hd", "bhd", "bhdd"};
+    static const char axes[][5] = {"", "x", "xx", "xxx", "xxxx"}; /* no contiguous-row check: packed below */
     if (acquire(obj, name, axes[nd], shape, 1, v) != 0)
         return -1;
     int64_t expect = 1;

@@ -56,29 +56,19 @@ def wrap(a, as_torch):
 
 def _call(kind, layout, q, k, v, g, beta, o, s, z, gate, phi, algo, causal, normalize, eps,
           scale, chunk, num_threads, head_map, qk_l2norm):
-    # The fast path (all numpy, o given or made here) costs a few type checks.
-    tq = tk = tv = False
-    if type(q) is not _ndarray:
-        q, tq = as_numpy(q, 'q')
-    if type(k) is not _ndarray:
-        k, tk = as_numpy(k, 'k')
-    if type(v) is not _ndarray:
-        v, tv = as_numpy(v, 'v')
-    if g is not None and type(g) is not _ndarray:
-        g = as_numpy(g, 'g')[0]
-    if beta is not None and type(beta) is not _ndarray:
-        beta = as_numpy(beta, 'beta')[0]
-    if s is not None and type(s) is not _ndarray:
-        s = as_numpy(s, 's')[0]
-    if z is not None and type(z) is not _ndarray:
-        z = as_numpy(z, 'z')[0]
-    out = o
+    # Arrays and tensors go to the extension as they are: it reads numpy
+    # arrays through the buffer protocol and tensors through their pointer
+    # and strides. Only o, when not given, is made here, of q's kind.
     if o is None:
-        out = o = np.empty(v.shape, _float32)
-        if tq:
-            out = wrap(o, True)
-    elif type(o) is not _ndarray:
-        o = as_numpy(o, 'o')[0]
+        if type(q) is _ndarray or isinstance(q, _ndarray):
+            o = np.empty(v.shape, _float32)
+        else:
+            torch = sys.modules.get('torch')
+            if torch is not None and isinstance(q, torch.Tensor) and q.device.type == 'cpu':
+                o = torch.empty(tuple(v.shape), dtype=torch.float32)
+            else:
+                # Let the extension name what is wrong with q.
+                o = np.empty(getattr(v, 'shape', (1,)), _float32)
     _ext.run(kind, layout, q, k, v, g, beta, o, s, z,
              GATE[gate] if gate in GATE else _lookup(GATE, gate, 'gate'),
              PHI[phi] if phi in PHI else _lookup(PHI, phi, 'phi'),
@@ -87,7 +77,7 @@ def _call(kind, layout, q, k, v, g, beta, o, s, z, gate, phi, algo, causal, norm
              HEAD_MAP[head_map] if head_map in HEAD_MAP else _lookup(HEAD_MAP, head_map,
                                                                       'head_map'),
              int(qk_l2norm))
-    return out
+    return o
 
 
 def forward(q, k, v, g=None, *, o=None, s=None, z=None, layout='bhtd', gate=None,

@@ -22,16 +22,115 @@ enum { LAYOUT_BHTD, LAYOUT_BTHD };
  * Axes the array does not have are size 1 with stride 0. */
 typedef struct {
     Py_buffer buf;
-    int held;
+    int held; /* 1: a buffer to release; 2: a torch tensor, read in place */
     int64_t n[4];
     int64_t st[4]; /* in floats */
+    Py_ssize_t tshape[8], tstrides[8];
 } view;
 
 static void release(view *v)
 {
-    if (v->held)
+    if (v->held == 1)
         PyBuffer_Release(&v->buf);
     v->held = 0;
+}
+
+/* Torch tensors do not export buffers. Reading their pointer, shape and
+ * strides here costs a fraction of tensor.numpy(), which matters for a
+ * decode step. torch is never imported from here: a tensor means it is. */
+static PyObject *torch_tensor, *torch_float32;
+static PyObject *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_data_ptr, *s_device;
+
+/* 1 when obj is a torch.Tensor, 0 when not, -1 on error. */
+static int is_tensor(PyObject *obj)
+{
+    if (torch_tensor == NULL) {
+        PyObject *name = PyUnicode_FromString("torch");
+        if (name == NULL)
+            return -1;
+        PyObject *torch = PyImport_GetModule(name);
+        Py_DECREF(name);
+        if (torch == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        torch_tensor = PyObject_GetAttrString(torch, "Tensor");
+        torch_float32 = PyObject_GetAttrString(torch, "float32");
+        Py_DECREF(torch);
+        if (torch_tensor == NULL || torch_float32 == NULL) {
+            Py_CLEAR(torch_tensor);
+            Py_CLEAR(torch_float32);
+            return -1;
+        }
+    }
+    return PyObject_IsInstance(obj, torch_tensor);
+}
+
+/* Fills v->buf from a CPU float32 tensor as a buffer would be filled. */
+static int tensor_view(PyObject *obj, const char *name, view *v)
+{
+    PyObject *cpu = PyObject_GetAttr(obj, s_is_cpu);
+    if (cpu == NULL)
+        return -1;
+    const int on_cpu = PyObject_IsTrue(cpu);
+    Py_DECREF(cpu);
+    if (on_cpu != 1) {
+        PyObject *dev = PyObject_GetAttr(obj, s_device);
+        if (dev != NULL)
+            PyErr_Format(PyExc_ValueError, "%s: tensor on %S; linattn computes on CPU tensors",
+                         name, dev);
+        Py_XDECREF(dev);
+        return -1;
+    }
+    PyObject *dtype = PyObject_GetAttr(obj, s_dtype);
+    if (dtype == NULL)
+        return -1;
+    if (dtype != torch_float32) {
+        PyErr_Format(PyExc_TypeError, "%s: dtype %S; linattn takes float32", name, dtype);
+        Py_DECREF(dtype);
+        return -1;
+    }
+    Py_DECREF(dtype);
+    PyObject *shape = PyObject_GetAttr(obj, s_shape);
+    PyObject *strides = PyObject_CallMethodNoArgs(obj, s_stride);
+    PyObject *ptr = PyObject_CallMethodNoArgs(obj, s_data_ptr);
+    int rc = -1;
+    if (shape == NULL || strides == NULL || ptr == NULL)
+        goto out;
+    if (!PyTuple_Check(shape) || !PyTuple_Check(strides) ||
+        PyTuple_GET_SIZE(shape) != PyTuple_GET_SIZE(strides)) {
+        PyErr_Format(PyExc_TypeError, "%s: tensor without shape and strides", name);
+        goto out;
+    }
+    const Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    if (nd > 8) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd dimensions", name, nd);
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        v->tshape[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        v->tstrides[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
+        if (PyErr_Occurred())
+            goto out;
+        if (v->tstrides[i] > PY_SSIZE_T_MAX / 4 || v->tstrides[i] < PY_SSIZE_T_MIN / 4) {
+            PyErr_Format(PyExc_ValueError, "%s: stride out of range", name);
+            goto out;
+        }
+        v->tstrides[i] *= 4;
+    }
+    v->buf.buf = PyLong_AsVoidPtr(ptr);
+    if (PyErr_Occurred())
+        goto out;
+    v->buf.ndim = (int)nd;
+    v->buf.shape = v->tshape;
+    v->buf.strides = v->tstrides;
+    v->buf.itemsize = 4;
+    v->buf.format = "f";
+    v->held = 2;
+    rc = 0;
+out:
+    Py_XDECREF(shape);
+    Py_XDECREF(strides);
+    Py_XDECREF(ptr);
+    return rc;
 }
 
 static const char *dtype_name(const char *fmt)
@@ -60,7 +159,19 @@ static int acquire(PyObject *obj, const char *name, const char *axes, const char
 {
     memset(v, 0, sizeof *v);
     const int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, &v->buf, flags) != 0) {
+    if (!PyObject_CheckBuffer(obj)) {
+        const int t = is_tensor(obj);
+        if (t < 0)
+            return -1;
+        if (t == 0) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s: expected a float32 numpy array or CPU torch tensor, got %.100s",
+                         name, Py_TYPE(obj)->tp_name);
+            return -1;
+        }
+        if (tensor_view(obj, name, v) != 0)
+            return -1;
+    } else if (PyObject_GetBuffer(obj, &v->buf, flags) != 0) {
         PyErr_Clear();
         if (writable && PyObject_GetBuffer(obj, &v->buf, PyBUF_STRIDES) == 0) {
             PyBuffer_Release(&v->buf);
@@ -72,8 +183,9 @@ static int acquire(PyObject *obj, const char *name, const char *axes, const char
                          name, Py_TYPE(obj)->tp_name);
         }
         return -1;
+    } else {
+        v->held = 1;
     }
-    v->held = 1;
     const char *fmt = v->buf.format;
     const int le = fmt && (fmt[0] == 'f' || ((fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') &&
                                              fmt[1] == 'f' && fmt[2] == 0));
@@ -160,6 +272,13 @@ static int same(const view *v, const char *name, const char *what, int axis, int
 static int ndim_of(PyObject *obj)
 {
     Py_buffer b;
+    if (obj != Py_None && !PyObject_CheckBuffer(obj) && is_tensor(obj) == 1) {
+        PyObject *shape = PyObject_GetAttr(obj, s_shape);
+        const Py_ssize_t nd = shape && PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
+        Py_XDECREF(shape);
+        PyErr_Clear();
+        return (int)nd;
+    }
     if (obj == Py_None || PyObject_GetBuffer(obj, &b, PyBUF_STRIDES) != 0) {
         PyErr_Clear();
         return -1;
@@ -510,5 +629,12 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__ext(void)
 {
+    if (!(s_is_cpu = PyUnicode_InternFromString("is_cpu")) ||
+        !(s_dtype = PyUnicode_InternFromString("dtype")) ||
+        !(s_shape = PyUnicode_InternFromString("shape")) ||
+        !(s_stride = PyUnicode_InternFromString("stride")) ||
+        !(s_data_ptr = PyUnicode_InternFromString("data_ptr")) ||
+        !(s_device = PyUnicode_InternFromString("device")))
+        return NULL;
     return PyModule_Create(&module);
 }

@@ -632,6 +632,21 @@ def test_torch_errors():
     with pytest.raises(ValueError, match='contiguous'):
         qt = torch.randn(B, 4, H, 2 * K)[..., ::2]
         linattn.chunk_simple_gla(qt, qt, qt)
+    # The low-level calls read tensors in the extension itself.
+    v = torch.randn(B, H, 4, V)
+    with pytest.raises(ValueError, match='meta'):
+        meta = torch.empty(B, H, 4, K, device='meta')
+        linattn.forward(meta, meta, v, o=torch.empty(B, H, 4, V))
+    with pytest.raises(TypeError, match='float32'):
+        linattn.forward(q.double(), q.double(), v)
+    with pytest.raises(ValueError, match='contiguous'):
+        qt = torch.randn(B, H, 4, 2 * K)[..., ::2]
+        linattn.forward(qt, qt, v)
+    o = torch.full((B, H, 4, V), 7.0)
+    g = torch.full((B, H, 4), 0.25)
+    with pytest.raises(ValueError, match='log'):
+        linattn.forward(torch.randn(B, H, 4, K), torch.randn(B, H, 4, K), v, g, o=o)
+    assert bool((o == 7.0).all())
 
 
 # --- errors: a Python exception, nothing written ----------------------------

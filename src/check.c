@@ -278,10 +278,13 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
     if (user == NULL)
         return la_fail(LINATTN_E_NULL, "cfg is NULL");
     linattn_config cfgv;
-    linattn_status st = read_config(&cfgv, user);
-    if (st != LINATTN_OK)
-        return st;
-    const linattn_config *cfg = &cfgv;
+    const linattn_config *cfg = user;
+    linattn_status st;
+    if (user->struct_size != sizeof *user) { /* an older caller: fill in the defaults */
+        if ((st = read_config(&cfgv, user)) != LINATTN_OK)
+            return st;
+        cfg = &cfgv;
+    }
     if ((st = check_scalars(cfg, family, step)) != LINATTN_OK)
         return st;
 

@@ -18,6 +18,8 @@ enum { LA_MAX_THREADS = 256 };
  * runtime's thread limit and LA_MAX_THREADS (1 without OpenMP). */
 static inline int la_threads_wanted(int num_threads)
 {
+    if (num_threads == 1)
+        return 1; /* the common small call: no runtime queries */
 #ifdef _OPENMP
     int64_t n = num_threads ? num_threads : omp_get_max_threads();
     const int64_t limit = omp_get_thread_limit();

@@ -3,6 +3,7 @@
  * cannot run is reported as skipped (exit 77). Every case compares with the
  * double oracle of SPEC section 1 (oracle.c) within tolerance.h. */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +196,55 @@ START_TEST(strong_decay)
                 sp.g_lo = -30.0f, sp.g_hi = 0.0f; /* mixed strong and weak */
                 run_spec(&sp);
             }
+}
+END_TEST
+
+/* A very negative gate is a full reset, exact in every algorithm for any
+ * finite g down to -FLT_MAX: the small decays after it keep their precision
+ * (a prefix sum of -1e16 and -0.3 would lose the -0.3). */
+START_TEST(full_resets_by_huge_negative_gates)
+{
+    static const float resets[] = {-90.0f, -150.0f, -1e13f, -1e16f, -1e30f, -FLT_MAX};
+    for (int gate = LINATTN_GATE_HEAD; gate <= LINATTN_GATE_CHANNEL; gate++)
+        for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++)
+            for (size_t r = 0; r < sizeof resets / sizeof resets[0]; r++) {
+                spec sp = spec_default(1, 2, 70, 16, 17);
+                sp.gate = (linattn_gate)gate;
+                sp.algo = (linattn_algo)algo;
+                sp.normalize = (int)(r % 2);
+                sp.with_state = 1;
+                sp.g_lo = -0.4f, sp.g_hi = -0.2f;
+                problem p;
+                problem_make(&p, &sp);
+                if (gate == LINATTN_GATE_HEAD)
+                    p.g[1] = resets[r]; /* head 1 resets on every token */
+                else /* resets on a few tokens of head 0 (and channel 3) */
+                    for (int64_t t = 5; t < 70; t += 23)
+                        p.g[gate == LINATTN_GATE_TOKEN ? t : t * 16 + 3] = resets[r];
+                expect_ok(&p);
+                problem_free(&p);
+            }
+}
+END_TEST
+
+/* The exact case: v = k = q = 1, dk = dv = 1, no normaliser, g = {-0.3,
+ * -1e16, -0.3, -0.3}: token 3 is 1 + e^-0.3 + e^-0.6 on every path. */
+START_TEST(reset_keeps_later_decays)
+{
+    for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++) {
+        const float ones[4] = {1, 1, 1, 1}, g[4] = {-0.3f, -1e16f, -0.3f, -0.3f};
+        float o[4] = {0};
+        linattn_config cfg;
+        linattn_config_init(&cfg, 1, 1, 4, 1, 1);
+        linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+        cfg.phi = LINATTN_PHI_IDENTITY;
+        cfg.normalize = 0;
+        cfg.algo = (linattn_algo)algo;
+        ck_assert_int_eq(linattn_forward(&cfg, ones, ones, ones, g, o, NULL, NULL), LINATTN_OK);
+        const double want = 1.0 + exp(-0.3) + exp(-0.6);
+        ck_assert_msg(fabs(o[3] - want) <= 2e-6 * want, "algo %d: o[3] = %.9g, want %.9g", algo,
+                      (double)o[3], want);
+    }
 }
 END_TEST
 
@@ -557,6 +607,8 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, unaligned_pointers);
     tcase_add_test(oracle, chunk_sizes);
     tcase_add_test(oracle, strong_decay);
+    tcase_add_test(oracle, full_resets_by_huge_negative_gates);
+    tcase_add_test(oracle, reset_keeps_later_decays);
     tcase_add_test(oracle, state_carried_across_calls);
     tcase_add_test(oracle, steps_against_oracle);
     tcase_add_test(oracle, chunked_matches_recurrent);

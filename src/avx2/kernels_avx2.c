@@ -20,9 +20,11 @@
  * outside an array is read or written. q/k/v/o rows may be unaligned.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <sleef.h>
 #include <string.h>
 
+#include "../ftz_x86.h"
 #include "../table.h"
 
 #define LA_INLINE static inline __attribute__((always_inline))
@@ -84,10 +86,12 @@ LA_INLINE __m256 ddiff8(const double *x, const double *y, int64_t w)
 }
 
 /* e^x for a decay exponent. x <= 0 up to rounding; the clamp keeps a
- * masked-out or rounded lane from overflowing. */
+ * masked-out or rounded lane from overflowing. Exactly 0 below
+ * LA_EXP_ZERO_BELOW (no subnormals); NaN stays NaN. */
 LA_INLINE __m256 decay8(__m256 x)
 {
-    return Sleef_expf8_u10avx2(_mm256_min_ps(x, _mm256_setzero_ps()));
+    const __m256 e = Sleef_expf8_u10avx2(_mm256_min_ps(x, _mm256_setzero_ps()));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(LA_EXP_ZERO_BELOW), _CMP_LT_OQ), e);
 }
 
 LA_INLINE float hsum8(__m256 x)
@@ -406,7 +410,7 @@ static void chunk_pack_avx2(const la_head *h, int64_t t0, int64_t n, void *pack)
         /* Prefix sums in double: b_i - b_j keeps the precision of the g summed. */
         double acc = 0.0;
         for (int64_t i = 0; i < n; i++)
-            b[i] = acc += (double)h->g[(t0 + i) * h->g_ts];
+            b[i] = acc += (double)fmaxf(h->g[(t0 + i) * h->g_ts], LA_G_RESET);
         for (int64_t i = n; i < cp; i++)
             b[i] = acc; /* padding: masked lanes read finite values */
         const double blast[8] = {acc, acc, acc, acc, acc, acc, acc, acc};
@@ -1025,13 +1029,15 @@ static void forward_noncausal_avx2(const la_head *h)
     }
 }
 
+LA_FTZ_CHUNK_OPS(avx2)
+
 static const la_additive_ops additive_avx2 = {
     .default_chunk = default_chunk_avx2,
     .pack_bytes = pack_bytes_avx2,
-    .chunk_pack = chunk_pack_avx2,
-    .chunk_output = chunk_output_avx2,
-    .chunk_state = chunk_state_avx2,
-    .state_combine = state_combine_avx2,
+    .chunk_pack = chunk_pack_avx2_ftz,
+    .chunk_output = chunk_output_avx2_ftz,
+    .chunk_state = chunk_state_avx2_ftz,
+    .state_combine = state_combine_avx2_ftz,
     .token = token_avx2,
     .forward_noncausal = forward_noncausal_avx2,
 };

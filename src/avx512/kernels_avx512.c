@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "../ftz_x86.h"
 #include "../table.h"
 #include "simd512.h"
 
@@ -285,7 +286,7 @@ static void chunk_pack_token(const la_head *h, int64_t t0, int64_t n, const pack
     if (tok) {
         double acc = 0.0;
         for (int64_t i = 0; i < n; i++)
-            p->bt[i] = acc += h->g[(t0 + i) * h->g_ts];
+            p->bt[i] = acc += fmaxf(h->g[(t0 + i) * h->g_ts], LA_G_RESET);
         for (int64_t i = n; i < p->ldc; i++)
             p->bt[i] = 0.0; /* read by the last 16-wide tile of A */
     }
@@ -678,7 +679,7 @@ LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, cons
     __m512 dsum = _mm512_setzero_ps();
     __m512 av = _mm512_set1_ps(1.0f);
     if (h->gate == LA_GATE_TOKEN)
-        av = _mm512_set1_ps(expf(g[0]));
+        av = _mm512_set1_ps(g[0] < LA_EXP_ZERO_BELOW ? 0.0f : expf(g[0]));
     /* Features and decays of up to SG channels first, as independent vectors
      * (the exp latencies overlap), then the streaming pass over their rows. */
     _Alignas(64) float qa[SG], ka[SG], aa[SG];
@@ -845,13 +846,15 @@ static void forward_noncausal_avx512(const la_head *h)
     }
 }
 
+LA_FTZ_CHUNK_OPS(avx512)
+
 static const la_additive_ops additive_avx512 = {
     .default_chunk = default_chunk_avx512,
     .pack_bytes = pack_bytes_avx512,
-    .chunk_pack = chunk_pack_avx512,
-    .chunk_output = chunk_output_avx512,
-    .chunk_state = chunk_state_avx512,
-    .state_combine = state_combine_avx512,
+    .chunk_pack = chunk_pack_avx512_ftz,
+    .chunk_output = chunk_output_avx512_ftz,
+    .chunk_state = chunk_state_avx512_ftz,
+    .state_combine = state_combine_avx512_ftz,
     .token = token_avx512,
     .forward_noncausal = forward_noncausal_avx512,
 };

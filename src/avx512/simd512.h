@@ -69,7 +69,7 @@ LA_INLINE __m512 la_expand(__m512 src, __mmask16 m, const float *p)
  * mask such lanes out). Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2,
  * degree-7 Taylor polynomial (error < 1e-8 relative), 2^n through the
  * exponent bits. Results below FLT_MIN flush to 0; NaN propagates. */
-LA_INLINE __m512 la_exp(__m512 x)
+LA_INLINE __m512 la_exp_raw(__m512 x)
 {
     const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.0f);
     const __m512 magic = _mm512_set1_ps(12582912.0f); /* 1.5 * 2^23: round to integer */
@@ -112,9 +112,17 @@ LA_INLINE __m512 la_expand(__m512 src, __mmask16 m, const float *p)
 }
 /* e^x from SLEEF, as the spec asks (an inline polynomial measured ~10%
  * faster at d = 64; see the x86 issue notes). */
-LA_INLINE __m512 la_exp(__m512 x) { return Sleef_expf16_u10avx512f(x); }
+LA_INLINE __m512 la_exp_raw(__m512 x) { return Sleef_expf16_u10avx512f(x); }
 
 #endif
+
+/* e^x, exactly 0 below LA_EXP_ZERO_BELOW so that decay factors never
+ * bring subnormals into the kernels; NaN stays NaN. */
+LA_INLINE __m512 la_exp(__m512 x)
+{
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(LA_EXP_ZERO_BELOW), _CMP_LT_OQ);
+    return _mm512_mask_mov_ps(la_exp_raw(x), tiny, _mm512_setzero_ps());
+}
 
 /* Lanes 0..n-1 (n may be <= 0 or >= 16). */
 LA_INLINE __mmask16 la_tail(int64_t n)

@@ -6,6 +6,7 @@
  * Tails of dk and dv go through partial loads and stores (ldn, stn) and
  * never touch memory past the caller's arrays. */
 #include <arm_neon.h>
+#include <math.h>
 #include <sleef.h>
 #include <stdint.h>
 #include <string.h>
@@ -71,7 +72,10 @@ INLINE float32x4_t lanes_below(float32x4_t x, int64_t m)
  * lanes masked out later (j > i) harmless instead of overflowing. */
 INLINE float32x4_t exp_nonpos(float32x4_t x)
 {
-    return Sleef_expf4_u10advsimd(vminq_f32(x, vdupq_n_f32(0.0f)));
+    const float32x4_t e = Sleef_expf4_u10advsimd(vminq_f32(x, vdupq_n_f32(0.0f)));
+    /* exactly 0 below LA_EXP_ZERO_BELOW (no subnormals); NaN stays NaN */
+    const uint32x4_t tiny = vcltq_f32(x, vdupq_n_f32(LA_EXP_ZERO_BELOW));
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(e), tiny));
 }
 
 /* e^(x[l] - y) and e^(x - y[l]) for prefix sums kept in double: the
@@ -322,12 +326,13 @@ static void chunk_pack_neon(const la_head *h, int64_t t0, int64_t n, void *pack)
             }
         }
         if (h->gate == LA_GATE_TOKEN) {
-            const double g = h->g[(t0 + i) * h->g_ts];
+            const double g = fmaxf(h->g[(t0 + i) * h->g_ts], LA_G_RESET);
             p.bt[i] = i ? p.bt[i - 1] + g : g;
         } else if (h->gate == LA_GATE_CHANNEL) {
             const float *g = h->g + (t0 + i) * h->g_ts;
             for (int64_t c = 0; c < dk; c++)
-                p.bt[c * cp + i] = i ? p.bt[c * cp + i - 1] + g[c] : (double)g[c];
+                p.bt[c * cp + i] = i ? p.bt[c * cp + i - 1] + (double)fmaxf(g[c], LA_G_RESET)
+                                     : (double)fmaxf(g[c], LA_G_RESET);
         }
     }
     if (h->gate != LA_GATE_NONE)

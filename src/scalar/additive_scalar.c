@@ -44,6 +44,13 @@ static float phi_scalar(linattn_phi phi, float x)
     }
 }
 
+/* e^x for a non-positive exponent; exactly 0 below LA_EXP_ZERO_BELOW (no
+ * subnormals downstream). */
+static float decay_of(double x) { return x < LA_EXP_ZERO_BELOW ? 0.0f : expf((float)x); }
+
+/* A gate below LA_G_RESET is a reset: clamped before any prefix sum. */
+static float clamp_gate(float g) { return g < LA_G_RESET ? LA_G_RESET : g; }
+
 static int64_t default_chunk_scalar(int64_t dk, int64_t dv, la_gate gate)
 {
     (void)dk;
@@ -67,12 +74,12 @@ static void chunk_pack_scalar(const la_head *h, int64_t t0, int64_t n, void *pac
             kh[i * dk + c] = phi_scalar(h->phi, k[c]);
         }
         if (h->gate == LA_GATE_TOKEN) {
-            double g = h->g[(t0 + i) * h->g_ts];
+            const double g = clamp_gate(h->g[(t0 + i) * h->g_ts]);
             b[i * dk] = i ? b[(i - 1) * dk] + g : g;
         } else if (h->gate == LA_GATE_CHANNEL) {
             const float *g = h->g + (t0 + i) * h->g_ts;
             for (int64_t c = 0; c < dk; c++)
-                b[i * dk + c] = i ? b[(i - 1) * dk + c] + g[c] : (double)g[c];
+                b[i * dk + c] = i ? b[(i - 1) * dk + c] + clamp_gate(g[c]) : clamp_gate(g[c]);
         }
     }
 }
@@ -80,7 +87,7 @@ static void chunk_pack_scalar(const la_head *h, int64_t t0, int64_t n, void *pac
 /* e^(b_i - b_j) for j <= i, as one exp of a non-positive difference. */
 static float decay_between(const double *b, int64_t dk, int64_t i, int64_t j, int64_t c)
 {
-    return expf((float)(b[i * dk + c] - b[j * dk + c]));
+    return decay_of(b[i * dk + c] - b[j * dk + c]);
 }
 
 static void chunk_output_scalar(const la_head *h, const void *pack, int64_t t0, int64_t n,
@@ -98,9 +105,9 @@ static void chunk_output_scalar(const la_head *h, const void *pack, int64_t t0, 
         for (int64_t c = 0; c < dk; c++) {
             float w = qi[c];
             if (h->gate == LA_GATE_TOKEN)
-                w *= expf((float)b[i * dk]);
+                w *= decay_of(b[i * dk]);
             else if (h->gate == LA_GATE_CHANNEL)
-                w *= expf((float)b[i * dk + c]);
+                w *= decay_of(b[i * dk + c]);
             for (int64_t d = 0; d < dv; d++)
                 o[d] += w * s[c * dv + d];
             if (z)
@@ -165,9 +172,9 @@ static void state_combine_scalar(const la_head *h, const void *pack, int64_t n, 
     for (int64_t c = 0; c < dk; c++) {
         float a = 1.0f;
         if (h->gate == LA_GATE_TOKEN)
-            a = expf((float)b[(n - 1) * dk]);
+            a = decay_of(b[(n - 1) * dk]);
         else if (h->gate == LA_GATE_CHANNEL)
-            a = expf((float)b[(n - 1) * dk + c]);
+            a = decay_of(b[(n - 1) * dk + c]);
         for (int64_t d = 0; d < dv; d++)
             s[c * dv + d] = fmaf(a, s[c * dv + d], u[c * dv + d]);
         if (z)
@@ -188,9 +195,9 @@ static void token_scalar(const la_head *h, const float *q, const float *k, const
         const float kh = phi_scalar(h->phi, k[c]);
         float a = 1.0f;
         if (h->gate == LA_GATE_TOKEN)
-            a = expf(g[0]);
+            a = decay_of(g[0]);
         else if (h->gate == LA_GATE_CHANNEL)
-            a = expf(g[c]);
+            a = decay_of(g[c]);
         float *srow = h->s + c * dv;
         for (int64_t d = 0; d < dv; d++) {
             srow[d] = fmaf(a, srow[d], kh * v[d]);

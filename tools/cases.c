@@ -1,0 +1,238 @@
+/* The case table of linattn-bench: which family, gate, phi, normaliser and
+ * kernels run, on which shape and inputs, and the one place that calls the
+ * library for a case. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+const char *const bench_family_names[FAM_COUNT] = {"additive", "delta"};
+const char *const bench_kernel_names[K_COUNT] = {"forward_chunked", "forward_recurrent",
+                                                 "noncausal", "step", "quadratic"};
+const char *const bench_gate_names[G_COUNT] = {"none",    "head",         "token",
+                                               "channel", "strong-token", "strong-channel"};
+const char *const bench_phi_names[PHI_COUNT] = {"elu1", "relu", "identity"};
+
+linattn_gate bench_library_gate(bench_gate g)
+{
+    static const linattn_gate map[G_COUNT] = {
+        [G_NONE] = LINATTN_GATE_NONE,
+        [G_HEAD] = LINATTN_GATE_HEAD,
+        [G_TOKEN] = LINATTN_GATE_TOKEN,
+        [G_CHANNEL] = LINATTN_GATE_CHANNEL,
+        [G_STRONG_TOKEN] = LINATTN_GATE_TOKEN,
+        [G_STRONG_CHANNEL] = LINATTN_GATE_CHANNEL,
+    };
+    return map[g];
+}
+
+#define BIT(x) (1u << (x))
+
+/* What each family supports and its shapes. A family with one phi or one
+ * normaliser runs with it whatever --phi and --normalize select. */
+typedef struct {
+    unsigned kernels, gates, phis, normalizes;
+    int qk_l2norm;
+    bench_shape fwd, stp, fwd_quick, stp_quick;
+} family_info;
+
+static const family_info families[FAM_COUNT] = {
+    [FAM_ADDITIVE] = {
+        .kernels = BIT(K_COUNT) - 1,
+        .gates = BIT(G_COUNT) - 1,
+        .phis = BIT(PHI_COUNT) - 1,
+        .normalizes = BIT(0) | BIT(1),
+        .fwd = {1, 8, 4096, 64, 64, 0},
+        .stp = {1, 32, 1, 128, 128, 0},
+        .fwd_quick = {1, 2, 256, 16, 16, 0},
+        .stp_quick = {1, 4, 1, 16, 16, 0},
+    },
+    /* Qwen3-Next's Gated DeltaNet layer: 32 value heads reading 16 q/k
+     * heads, dk = dv = 128, identity features with L2-normalised q and k,
+     * scale dk^-1/2, no normaliser. */
+    [FAM_DELTA] = {
+        .kernels = BIT(K_CHUNKED) | BIT(K_RECURRENT) | BIT(K_STEP),
+        .gates = BIT(G_NONE) | BIT(G_TOKEN) | BIT(G_CHANNEL) | BIT(G_STRONG_TOKEN) |
+                 BIT(G_STRONG_CHANNEL),
+        .phis = BIT(LINATTN_PHI_IDENTITY),
+        .normalizes = BIT(0),
+        .qk_l2norm = 1,
+        .fwd = {1, 32, 4096, 128, 128, 16},
+        .stp = {1, 32, 1, 128, 128, 16},
+        .fwd_quick = {1, 4, 256, 16, 16, 2},
+        .stp_quick = {1, 4, 1, 16, 16, 2},
+    },
+};
+
+/* The delta family reads H/2 q/k heads when H is even, as the model it
+ * stands for does. */
+bench_shape bench_make_shape(bench_family f, int64_t B, int64_t H, int64_t T, int64_t dk,
+                             int64_t dv)
+{
+    const int64_t qk = f == FAM_DELTA && H % 2 == 0 ? H / 2 : 0;
+    return (bench_shape){B, H, T, dk, dv, qk};
+}
+
+static bench_shape from_option(const bench_options *op, bench_family f, int64_t T)
+{
+    const bench_shape s = op->shape;
+    return bench_make_shape(f, s.B, s.H, T, s.dk, s.dv);
+}
+
+bench_shape bench_forward_shape(const bench_options *op, bench_family f)
+{
+    if (op->shape_given)
+        return from_option(op, f, op->shape.T);
+    return op->quick ? families[f].fwd_quick : families[f].fwd;
+}
+
+bench_shape bench_step_shape(const bench_options *op, bench_family f)
+{
+    if (op->shape_given)
+        return from_option(op, f, 1);
+    return op->quick ? families[f].stp_quick : families[f].stp;
+}
+
+int bench_cases(const bench_options *op, bench_family f, int sweep, bench_case *out, int max)
+{
+    const family_info *fi = &families[f];
+    unsigned kernels = op->kernels & fi->kernels;
+    if (sweep)
+        kernels &= BIT(K_CHUNKED) | BIT(K_RECURRENT) | BIT(K_QUADRATIC);
+    const unsigned phis = (op->phis & fi->phis) ? op->phis & fi->phis : fi->phis;
+    const unsigned norms =
+        (op->normalizes & fi->normalizes) ? op->normalizes & fi->normalizes : fi->normalizes;
+    /* Kernels that exist only without a gate. */
+    const unsigned ungated = BIT(K_NONCAUSAL) | BIT(K_QUADRATIC);
+    int n = 0;
+    for (int g = 0; g < G_COUNT; g++) {
+        if (!(op->gates & fi->gates & BIT(g)))
+            continue;
+        for (int p = 0; p < PHI_COUNT; p++) {
+            if (!(phis & BIT(p)))
+                continue;
+            for (int z = 0; z < 2; z++) {
+                if (!(norms & BIT(z)))
+                    continue;
+                const unsigned k = g == G_NONE ? kernels : kernels & ~ungated;
+                if (k == 0 || n == max)
+                    continue;
+                out[n++] = (bench_case){
+                    .family = f,
+                    .gate = (bench_gate)g,
+                    .phi = (linattn_phi)p,
+                    .normalize = z,
+                    .qk_l2norm = fi->qk_l2norm,
+                    .kernels = k,
+                };
+            }
+        }
+    }
+    return n;
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
+bench_data bench_data_alloc(bench_shape s, int with_state)
+{
+    const int64_t qkh = s.qk_heads ? s.qk_heads : s.H;
+    const int64_t nq = s.B * qkh * s.T * s.dk, nv = s.B * s.H * s.T * s.dv,
+                  ng = s.B * s.H * s.T * s.dk, nb = s.B * s.H * s.T;
+    bench_data d = {
+        .sh = s,
+        .q = bench_alloc(nq),
+        .k = bench_alloc(nq),
+        .v = bench_alloc(nv),
+        .g = bench_alloc(ng),
+        .g_strong = bench_alloc(ng),
+        .beta = bench_alloc(nb),
+        .o = {bench_alloc(nv), bench_alloc(nv)},
+    };
+    bench_fill(d.q, nq, -1, 1, 1);
+    bench_fill(d.k, nq, -1, 1, 2);
+    bench_fill(d.v, nv, -1, 1, 3);
+    bench_fill(d.g, ng, -1, 0, 4);
+    for (int64_t i = 0; i < ng; i++)
+        d.g_strong[i] = BENCH_STRONG_G;
+    bench_fill(d.beta, nb, 0, 1, 5);
+    memset(d.o[0], 0, (size_t)nv * sizeof(float));
+    memset(d.o[1], 0, (size_t)nv * sizeof(float));
+    if (with_state) {
+        const int64_t nz = s.B * s.H * s.dk;
+        d.s = bench_alloc(nz * s.dv);
+        d.z = bench_alloc(nz);
+        memset(d.s, 0, (size_t)(nz * s.dv) * sizeof(float));
+        memset(d.z, 0, (size_t)nz * sizeof(float));
+    }
+    return d;
+}
+
+void bench_data_free(bench_data *d)
+{
+    free(d->q);
+    free(d->k);
+    free(d->v);
+    free(d->g);
+    free(d->g_strong);
+    free(d->beta);
+    free(d->o[0]);
+    free(d->o[1]);
+    free(d->s);
+    free(d->z);
+}
+
+/* ---- the library calls ------------------------------------------------- */
+
+/* The delta family uses the scale its models use, dk^-1/2. */
+float bench_scale(const bench_case *c, bench_shape s)
+{
+    return c->family == FAM_DELTA ? 1.0f / sqrtf((float)s.dk) : 1.0f;
+}
+
+linattn_config bench_config(const bench_options *op, const bench_case *c, bench_kernel k,
+                            bench_shape s)
+{
+    linattn_config cfg;
+    linattn_config_init(&cfg, s.B, s.H, s.T, s.dk, s.dv);
+    linattn_config_set_gate(&cfg, bench_library_gate(c->gate));
+    cfg.phi = c->phi;
+    cfg.normalize = c->normalize;
+    cfg.qk_l2norm = c->qk_l2norm;
+    cfg.scale = bench_scale(c, s);
+    cfg.algo = k == K_RECURRENT ? LINATTN_ALGO_RECURRENT : LINATTN_ALGO_CHUNKED;
+    cfg.causal = k != K_NONCAUSAL;
+    cfg.num_threads = op->threads;
+    cfg.chunk = op->chunk;
+    if (s.qk_heads) {
+        cfg.qk_heads = s.qk_heads;
+        cfg.q = cfg.k = (linattn_strides){s.qk_heads * s.T * s.dk, s.T * s.dk, s.dk};
+    }
+    cfg.beta = (linattn_strides){s.H * s.T, s.T, 1};
+    return cfg;
+}
+
+void bench_call(const bench_case *c, bench_kernel k, const linattn_config *cfg,
+                const bench_data *d, float *o)
+{
+    const int strong = c->gate == G_STRONG_TOKEN || c->gate == G_STRONG_CHANNEL;
+    const float *g = c->gate == G_NONE ? NULL : strong ? d->g_strong : d->g;
+    linattn_status st;
+    const char *fn;
+    if (c->family == FAM_DELTA) {
+        fn = k == K_STEP ? "linattn_delta_step" : "linattn_delta_forward";
+        st = k == K_STEP
+                 ? linattn_delta_step(cfg, d->q, d->k, d->v, g, d->beta, o, d->s)
+                 : linattn_delta_forward(cfg, d->q, d->k, d->v, g, d->beta, o, NULL);
+    } else if (k == K_STEP) {
+        fn = "linattn_step";
+        st = linattn_step(cfg, d->q, d->k, d->v, g, o, d->s, cfg->normalize ? d->z : NULL);
+    } else {
+        fn = "linattn_forward";
+        st = linattn_forward(cfg, d->q, d->k, d->v, g, o, NULL, NULL);
+    }
+    if (st != LINATTN_OK)
+        bench_die("%s (%s, gate %s, phi %s, normalize %d): %s: %s", fn, bench_kernel_names[k],
+                  bench_gate_names[c->gate], bench_phi_names[c->phi], c->normalize,
+                  linattn_strerror(st), linattn_last_error());
+}

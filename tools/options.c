@@ -1,0 +1,305 @@
+/* The command line of linattn-bench. Every name is turned into an enum (a
+ * bit in a mask) here; nothing after parsing compares strings. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+/* Bad command line: exit status 2. */
+_Noreturn static void usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("linattn-bench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\nTry 'linattn-bench --help'.\n", stderr);
+    va_end(ap);
+    exit(2);
+}
+
+static void usage(void)
+{
+    fputs("usage: linattn-bench [options]\n"
+          "\n"
+          "Measures the linattn kernels through the public API and compares each with\n"
+          "the FMA peak and the memory bandwidth of one core, both measured in the same\n"
+          "run. Output: a table, or one JSON object per line with --json.\n"
+          "\n"
+          "Without options: the active ISA (auto-dispatch, or the one LINATTN_ISA names),\n"
+          "the additive family, gate none, phi elu1, normalize 1, 1 thread; the forwards\n"
+          "on B=1 H=8 T=4096 dk=dv=64 (forward_chunked, forward_recurrent, noncausal),\n"
+          "the step on B=1 H=32 dk=dv=128, the baselines (the scalar table's chunked\n"
+          "forward and the plain-C quadratic reference) with the chunked speedup over\n"
+          "each, max |chunked - recurrent|, and the time of a tiny call and of a call\n"
+          "rejected at argument checking.\n"
+          "\n"
+          "Selection (each takes one name, or all):\n"
+          "  --isa NAME|all        ",
+          stdout);
+    for (int i = LINATTN_ISA_SCALAR; i < bench_isa_end(); i++)
+        printf("%s, ", linattn_isa_name((linattn_isa)i));
+    fputs("auto; all: every table this\n"
+          "                        CPU and build can run (default: the active one)\n"
+          "  --family NAME|all     additive (default), delta\n"
+          "  --kernel NAME|all     forward_chunked (or chunked), forward_recurrent (or\n"
+          "                        recurrent), noncausal, step, quadratic (default all)\n"
+          "  --gate NAME|all       none (default), head, token, channel, strong-token,\n"
+          "                        strong-channel\n"
+          "  --phi NAME|all        elu1 (default), relu, identity\n"
+          "  --normalize 0|1|all   the additive normaliser (default 1)\n"
+          "  --shape B,H,T,dk,dv   forward shape; the step takes its B, H, dk, dv\n"
+          "  --threads N           num_threads of the calls (default 1)\n"
+          "  --chunk N             chunk length of the chunked kernels (0 = library's)\n"
+          "\n"
+          "Modes (instead of the default table):\n"
+          "  --decode N            decode latency: N consecutive steps on one state,\n"
+          "                        each timed: mean, p50, p99, max microseconds\n"
+          "  --sweep FILE.csv      tokens/s against T = 256..65536 for dk = dv = 64 and\n"
+          "                        128: chunked, recurrent and quadratic (T <= 8192) of\n"
+          "                        every ISA unless --isa; B = H = 1 unless --shape;\n"
+          "                        with --quick T = 64..256, dk = dv = 16 and 32\n"
+          "\n"
+          "Output:\n"
+          "  --json                one JSON object per line instead of the table\n"
+          "  --quick               tiny shapes and short timings (a smoke test):\n"
+          "                        forward T=256 dk=dv=16 with H=2 (delta: 4 value\n"
+          "                        heads, 2 q/k heads), step H=4 dk=dv=16\n"
+          "  --help                this text\n"
+          "\n",
+          stdout);
+    /* In pieces: C11 compilers need only take string literals of 4095 bytes. */
+    fputs("Families:\n"
+          "  additive  linattn_forward / linattn_step, with the selected phi and\n"
+          "            normaliser.\n"
+          "  delta     linattn_delta_forward / linattn_delta_step on the shape of\n"
+          "            Qwen3-Next's Gated DeltaNet layer: B=1, 32 value heads reading 16\n"
+          "            q/k heads, T=4096, dk=dv=128; identity phi, L2-normalised q and k,\n"
+          "            scale dk^-1/2, no normaliser (--phi and --normalize do not apply);\n"
+          "            gates none, token, channel and the strong ones. --shape sets H\n"
+          "            value heads and H/2 q/k heads (H when H is odd).\n"
+          "\n"
+          "Gates: g is uniform in [-1, 0]. strong-token and strong-channel are the token\n"
+          "and channel gates with g = -8 for every token and channel: decay products over\n"
+          "a chunk underflow, so a kernel that computes with subnormal floats shows a\n"
+          "slowdown against the plain token and channel rows.\n"
+          "\n",
+          stdout);
+    fputs("Columns (JSON keys):\n"
+          "  tokens/s (tokens_per_s)  B*H*T tokens per second: every head's tokens count,\n"
+          "                           so it is B*H times the sequence positions per\n"
+          "                           second; for the step, B*H tokens per call\n"
+          "  GFLOP/s (gflops)         useful FLOPs per second by the family's model,\n"
+          "                           per token and value head (step: per (b, h)):\n"
+          "                             additive 4*dk*dv, + 4*dk when normalising,\n"
+          "                                      + dk*dv when gated\n"
+          "                             delta    6*dk*dv (S^T k, rank-1 update, S^T q)\n"
+          "                           every algorithm and the quadratic baseline are\n"
+          "                           charged the same\n"
+          "  (peak_gflops)            FMA peak of one core for the row's ISA (12\n"
+          "                           independent vector FMAs; scalar: fmaf), times the\n"
+          "                           threads used\n"
+          "  frac peak (frac_peak)    gflops / peak_gflops, a fraction (1 = peak); the JSON\n"
+          "                           also has pct_peak = 100 * frac_peak. Chunked kernels\n"
+          "                           execute more than the useful FLOPs, so they cannot\n"
+          "                           reach 1; the scalar table may exceed 1 where the\n"
+          "                           compiler vectorised it\n"
+          "  thr (threads)            threads used: N for the additive chunked forward,\n"
+          "                           min(N, B*H) otherwise, 1 for quadratic\n"
+          "  speedup (speedup)        forward_chunked tokens/s of the first ISA listed\n"
+          "                           (the active one) / the row's tokens/s, same case\n"
+          "  GB/s (gbps)              step: one read and one write of the state (S, and z\n"
+          "                           when normalising) per call\n"
+          "  frac bound (frac_bound)  gbps / bound_gbps, the bandwidth of a read-modify-\n"
+          "                           write pass over a buffer the size of the step state\n"
+          "                           on one core; pct_bound = 100 * frac_bound\n"
+          "  us/token (us_per_token)  step: microseconds per call\n"
+          "JSON only: family, phi, normalize, qk_l2norm, qk_heads, chunk, seconds (per\n"
+          "call; quadratic: per head), baseline, max_abs_diff_chunked, and for --decode\n"
+          "mode, tokens, us_p50, us_p99, us_max; overhead rows: case, ns_per_call.\n"
+          "\n"
+          "Exit status: 0 ok, 1 a run-time failure, 2 a bad command line or an ISA that\n"
+          "cannot run here.\n",
+          stdout);
+}
+
+static int64_t parse_int(const char *opt, const char *s, int64_t lo, int64_t hi)
+{
+    char *end;
+    errno = 0;
+    const long long x = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || x < lo || x > hi)
+        usage_error("%s: '%s' is not an integer in [%lld, %lld]", opt, s, (long long)lo,
+                    (long long)hi);
+    return x;
+}
+
+static bench_shape parse_shape(const char *s)
+{
+    int64_t v[5];
+    const char *p = s;
+    for (int i = 0; i < 5; i++) {
+        char item[32];
+        const size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof item || (i < 4) != (p[len] == ','))
+            usage_error("--shape: '%s' is not B,H,T,dk,dv", s);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        v[i] = parse_int("--shape", item, 1, 1 << 24);
+        p += len + 1;
+    }
+    return (bench_shape){v[0], v[1], v[2], v[3], v[4], 0};
+}
+
+/* `s` among names[0..n-1] or "all" (every bit of `all`); a bit mask. */
+static unsigned parse_name(const char *opt, const char *s, const char *const *names, int n,
+                           unsigned all)
+{
+    if (strcmp(s, "all") == 0)
+        return all;
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0)
+            return 1u << i;
+    char list[256] = "";
+    for (int i = 0; i < n; i++) {
+        strncat(list, names[i], sizeof list - strlen(list) - 1);
+        strncat(list, ", ", sizeof list - strlen(list) - 1);
+    }
+    usage_error("%s: unknown value '%s' (%sall)", opt, s, list);
+}
+
+static linattn_isa parse_isa(const char *s)
+{
+    for (int i = LINATTN_ISA_AUTO; i < bench_isa_end(); i++)
+        if (strcmp(s, linattn_isa_name((linattn_isa)i)) == 0)
+            return (linattn_isa)i;
+    usage_error("--isa: unknown ISA '%s'", s);
+}
+
+static unsigned parse_kernel(const char *s)
+{
+    if (strcmp(s, "chunked") == 0)
+        return 1u << K_CHUNKED;
+    if (strcmp(s, "recurrent") == 0)
+        return 1u << K_RECURRENT;
+    return parse_name("--kernel", s, bench_kernel_names, K_COUNT, (1u << K_COUNT) - 1);
+}
+
+static unsigned parse_normalize(const char *s)
+{
+    static const char *const names[] = {"0", "1"};
+    return parse_name("--normalize", s, names, 2, 3u);
+}
+
+enum {
+    OPT_JSON = 256,
+    OPT_QUICK,
+    OPT_ISA,
+    OPT_FAMILY,
+    OPT_THREADS,
+    OPT_SHAPE,
+    OPT_KERNEL,
+    OPT_GATE,
+    OPT_PHI,
+    OPT_NORMALIZE,
+    OPT_CHUNK,
+    OPT_SWEEP,
+    OPT_DECODE,
+};
+
+bench_options bench_parse_args(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"quick", no_argument, NULL, OPT_QUICK},
+        {"isa", required_argument, NULL, OPT_ISA},
+        {"family", required_argument, NULL, OPT_FAMILY},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"shape", required_argument, NULL, OPT_SHAPE},
+        {"kernel", required_argument, NULL, OPT_KERNEL},
+        {"gate", required_argument, NULL, OPT_GATE},
+        {"phi", required_argument, NULL, OPT_PHI},
+        {"normalize", required_argument, NULL, OPT_NORMALIZE},
+        {"chunk", required_argument, NULL, OPT_CHUNK},
+        {"sweep", required_argument, NULL, OPT_SWEEP},
+        {"decode", required_argument, NULL, OPT_DECODE},
+        {NULL, 0, NULL, 0},
+    };
+    bench_options op = {
+        .threads = 1,
+        .families = 1u << FAM_ADDITIVE,
+        .kernels = (1u << K_COUNT) - 1,
+        .gates = 1u << G_NONE,
+        .phis = 1u << LINATTN_PHI_ELU1,
+        .normalizes = 1u << 1,
+        .min_time = 0.2,
+    };
+    opterr = 0; /* the messages below name the option and exit with 2 */
+    for (;;) {
+        const int c = getopt_long(argc, argv, ":h", longopts, NULL);
+        if (c == -1)
+            break;
+        const char *val = optarg;
+        switch (c) {
+        case 'h': usage(); exit(0);
+        case OPT_JSON: op.json = 1; break;
+        case OPT_QUICK: op.quick = 1; break;
+        case OPT_ISA:
+            op.isa_given = 1;
+            op.isa_all = strcmp(val, "all") == 0;
+            if (!op.isa_all)
+                op.isa = parse_isa(val);
+            break;
+        case OPT_FAMILY:
+            op.families = parse_name("--family", val, bench_family_names, FAM_COUNT,
+                                     (1u << FAM_COUNT) - 1);
+            break;
+        case OPT_THREADS: op.threads = (int)parse_int("--threads", val, 1, 1024); break;
+        case OPT_SHAPE:
+            op.shape_given = 1;
+            op.shape = parse_shape(val);
+            break;
+        case OPT_KERNEL:
+            op.kernels_given = 1;
+            op.kernels = parse_kernel(val);
+            break;
+        case OPT_GATE:
+            op.gates = parse_name("--gate", val, bench_gate_names, G_COUNT, (1u << G_COUNT) - 1);
+            break;
+        case OPT_PHI:
+            op.phis = parse_name("--phi", val, bench_phi_names, PHI_COUNT, (1u << PHI_COUNT) - 1);
+            break;
+        case OPT_NORMALIZE: op.normalizes = parse_normalize(val); break;
+        case OPT_CHUNK: op.chunk = parse_int("--chunk", val, 0, 1 << 24); break;
+        case OPT_SWEEP: op.sweep = val; break;
+        case OPT_DECODE: op.decode = parse_int("--decode", val, 1, 100000000); break;
+        case ':': usage_error("%s needs a value", argv[optind - 1]);
+        default: usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        usage_error("unexpected argument '%s'", argv[optind]);
+    if (op.sweep && op.decode)
+        usage_error("--sweep and --decode are separate runs");
+    if (op.quick)
+        op.min_time = 0.01;
+    bench_options run = op;
+    if (op.decode)
+        run.kernels = 1u << K_STEP;
+    int cases = 0;
+    for (int f = 0; f < FAM_COUNT; f++) {
+        bench_case cs[G_COUNT * PHI_COUNT * 2];
+        if (op.families & (1u << f))
+            cases += bench_cases(&run, (bench_family)f, op.sweep != NULL, cs,
+                                 (int)(sizeof cs / sizeof *cs));
+    }
+    if (cases == 0)
+        usage_error("no case to run: the selected families have none of the selected "
+                    "kernels with the selected gates (noncausal and quadratic run with "
+                    "gate none only; delta has no noncausal, quadratic or head gate)");
+    return op;
+}

@@ -14,18 +14,15 @@ import linattn
 from linattn import _ext
 
 
-def per_call(fn, n, repeats=7):
-    best = float('inf')
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn(n)
-        best = min(best, time.perf_counter() - t0)
-    return best / n
+def timed(fn, n):
+    t0 = time.perf_counter()
+    fn(n)
+    return (time.perf_counter() - t0) / n
 
 
 def main():
     B, H, K, V = (int(x) for x in sys.argv[1:5]) if len(sys.argv) == 5 else (1, 4, 64, 64)
-    n = 20000
+    n, repeats = 20000, 9
     rng = np.random.default_rng(0)
     q, k = (rng.standard_normal((B, H, K), dtype=np.float32) for _ in range(2))
     v = rng.standard_normal((B, H, V), dtype=np.float32)
@@ -43,10 +40,8 @@ def main():
         for _ in range(n):
             linattn.step(q, k, v, s=s, z=z, num_threads=1)
 
-    c = min(bare(n) / n for _ in range(7))
-    rows = [('C loop (linattn_step)', c)]
-    rows.append(('linattn.step, o given', per_call(given_o, n)))
-    rows.append(('linattn.step, o made', per_call(new_o, n)))
+    variants = [('C loop (linattn_step)', bare),
+                ('linattn.step, o given', given_o), ('linattn.step, o made', new_o)]
     try:
         import torch
     except ImportError:
@@ -58,9 +53,17 @@ def main():
         def torch_step(n):
             for _ in range(n):
                 linattn.step(tq, tk, tv, s=ts, z=tz, o=to, num_threads=1)
-        rows.append(('linattn.step, torch tensors', per_call(torch_step, n)))
+        variants.append(('linattn.step, torch tensors', torch_step))
 
-    print(f'decode step B={B} H={H} K={K} V={V}, isa {linattn.isa()}, best of 7 x {n} calls')
+    # Rounds interleave the variants so that a busy machine slows them alike;
+    # each keeps its best round.
+    best = [float('inf')] * len(variants)
+    for _ in range(repeats):
+        for i, (_, fn) in enumerate(variants):
+            best[i] = min(best[i], timed(fn, n))
+    c = best[0]
+    rows = [(name, t) for (name, _), t in zip(variants, best)]
+    print(f'decode step B={B} H={H} K={K} V={V}, isa {linattn.isa()}, best of {repeats} x {n} calls')
     for name, t in rows:
         extra = '' if name.startswith('C') else f'  (+{(t - c) * 1e6:.2f} us)'
         print(f'  {name:30s} {t * 1e6:8.2f} us/call{extra}')

@@ -54,29 +54,34 @@ def wrap(a, as_torch):
     return a
 
 
+def _out(q, v):
+    """An output of q's kind shaped like v."""
+    if isinstance(q, _ndarray):
+        return np.empty(v.shape, _float32)
+    torch = sys.modules.get('torch')
+    if torch is not None and isinstance(q, torch.Tensor) and q.device.type == 'cpu':
+        return torch.empty(tuple(v.shape), dtype=torch.float32)
+    return np.empty(getattr(v, 'shape', (1,)), _float32)  # the extension names q's fault
+
+
+def _enums(gate, phi, algo, head_map):
+    return (GATE[gate] if gate in GATE else _lookup(GATE, gate, 'gate'),
+            PHI[phi] if phi in PHI else _lookup(PHI, phi, 'phi'),
+            ALGO[algo] if algo in ALGO else _lookup(ALGO, algo, 'algo'),
+            HEAD_MAP[head_map] if head_map in HEAD_MAP else _lookup(HEAD_MAP, head_map,
+                                                                     'head_map'))
+
+
 def _call(kind, layout, q, k, v, g, beta, o, s, z, gate, phi, algo, causal, normalize, eps,
           scale, chunk, num_threads, head_map, qk_l2norm):
     # Arrays and tensors go to the extension as they are: it reads numpy
     # arrays through the buffer protocol and tensors through their pointer
     # and strides. Only o, when not given, is made here, of q's kind.
     if o is None:
-        if type(q) is _ndarray or isinstance(q, _ndarray):
-            o = np.empty(v.shape, _float32)
-        else:
-            torch = sys.modules.get('torch')
-            if torch is not None and isinstance(q, torch.Tensor) and q.device.type == 'cpu':
-                o = torch.empty(tuple(v.shape), dtype=torch.float32)
-            else:
-                # Let the extension name what is wrong with q.
-                o = np.empty(getattr(v, 'shape', (1,)), _float32)
-    _ext.run(kind, layout, q, k, v, g, beta, o, s, z,
-             GATE[gate] if gate in GATE else _lookup(GATE, gate, 'gate'),
-             PHI[phi] if phi in PHI else _lookup(PHI, phi, 'phi'),
-             ALGO[algo] if algo in ALGO else _lookup(ALGO, algo, 'algo'),
-             int(causal), int(normalize), eps, scale, chunk, num_threads,
-             HEAD_MAP[head_map] if head_map in HEAD_MAP else _lookup(HEAD_MAP, head_map,
-                                                                      'head_map'),
-             int(qk_l2norm))
+        o = _out(q, v)
+    gate, phi, algo, head_map = _enums(gate, phi, algo, head_map)
+    _ext.run(kind, layout, q, k, v, g, beta, o, s, z, gate, phi, algo, int(causal),
+             int(normalize), eps, scale, chunk, num_threads, head_map, int(qk_l2norm))
     return o
 
 
@@ -109,8 +114,18 @@ def step(q, k, v, g=None, *, s, z=None, o=None, gate=None, phi='elu1', algo='aut
     dimension; g: [H] ('head'), [B, H] ('token'), [B, H, K] ('channel').
     s [B, H, K, V] (and z [B, H, K] when normalising) are updated in place.
     """
-    return _call(_STEP, 0, q, k, v, g, None, o, s, z, gate, phi, algo, causal, normalize, eps,
-                 scale, chunk, num_threads, head_map, qk_l2norm)
+    # The decode path: one frame, no helper calls when o is given.
+    if o is None:
+        o = _out(q, v)
+    _ext.run(_STEP, 0, q, k, v, g, None, o, s, z,
+             GATE[gate] if gate in GATE else _lookup(GATE, gate, 'gate'),
+             PHI[phi] if phi in PHI else _lookup(PHI, phi, 'phi'),
+             ALGO[algo] if algo in ALGO else _lookup(ALGO, algo, 'algo'),
+             int(causal), int(normalize), eps, scale, chunk, num_threads,
+             HEAD_MAP[head_map] if head_map in HEAD_MAP else _lookup(HEAD_MAP, head_map,
+                                                                      'head_map'),
+             int(qk_l2norm))
+    return o
 
 
 def delta_forward(q, k, v, beta, g=None, *, o=None, s=None, layout='bhtd', gate=None,

@@ -93,8 +93,12 @@ static int tensor_view(PyObject *obj, const char *name, view *v)
     PyObject *strides = PyObject_CallMethodNoArgs(obj, s_stride);
     PyObject *ptr = PyObject_CallMethodNoArgs(obj, s_data_ptr);
     int rc = -1;
-    if (shape == NULL || strides == NULL || ptr == NULL)
+    if (shape == NULL || strides == NULL || ptr == NULL) {
+        /* sparse and other layouts have no strides */
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: expected a strided (dense) tensor", name);
         goto out;
+    }
     if (!PyTuple_Check(shape) || !PyTuple_Check(strides) ||
         PyTuple_GET_SIZE(shape) != PyTuple_GET_SIZE(strides)) {
         PyErr_Format(PyExc_TypeError, "%s: tensor without shape and strides", name);

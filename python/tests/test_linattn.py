@@ -639,6 +639,9 @@ def test_torch_errors():
         linattn.forward(meta, meta, v, o=torch.empty(B, H, 4, V))
     with pytest.raises(TypeError, match='float32'):
         linattn.forward(q.double(), q.double(), v)
+    with pytest.raises(TypeError, match='dense'):
+        sp = torch.randn(B, H, 4, K).to_sparse()
+        linattn.forward(sp, sp, v)
     with pytest.raises(ValueError, match='contiguous'):
         qt = torch.randn(B, H, 4, 2 * K)[..., ::2]
         linattn.forward(qt, qt, v)

@@ -11,7 +11,15 @@ set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 py=/usr/bin/python3  # Debian's interpreter: the one its python3-* packages serve
 work=$(mktemp -d "${TMPDIR:-/tmp}/linattn-py.XXXXXX")
-trap 'rm -rf "$work"' EXIT INT TERM
+# meson-python 0.12 writes this file into the source tree; keep it clean.
+native="$here/.mesonpy-native-file.ini"
+keep_native=0
+[ -e "$native" ] && keep_native=1
+cleanup() {
+    rm -rf "$work"
+    [ "$keep_native" -eq 1 ] || rm -f "$native"
+}
+trap cleanup EXIT INT TERM
 
 "$py" -m venv --system-site-packages "$work/venv"
 # --no-build-isolation: build with the installed meson-python, no downloads.

@@ -19,7 +19,8 @@ cleanup() {
     rm -rf "$work"
     [ "$keep_native" -eq 1 ] || rm -f "$native"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 "$py" -m venv --system-site-packages "$work/venv"
 # --no-build-isolation: build with the installed meson-python, no downloads.

@@ -1,7 +1,7 @@
 /* The whole suite against one kernel table, named by LINATTN_TEST_TABLE
  * (meson registers one test per table the build has). A table this CPU
  * cannot run is reported as skipped (exit 77). Every case compares with the
- * double oracle of SPEC section 1 (oracle.c) within tolerance.h. */
+ * double oracle of the maths (oracle.c) within tolerance.h. */
 #include <check.h>
 #include <float.h>
 #include <math.h>

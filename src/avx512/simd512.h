@@ -4,7 +4,7 @@
  *   LA_AVX512_SIMDE: -mavx2 -mfma through SIMDe, a test-only table that runs
  *     the AVX-512 code paths on any AVX2 machine.
  * SIMDe 0.7.4 lacks _mm512_maskz_loadu_ps, _mm512_mask_storeu_ps,
- * _mm512_reduce_add_ps and _mm512_cvtss_f32 (SPEC section 6), so those
+ * _mm512_reduce_add_ps and _mm512_cvtss_f32, so those
  * and exp (its own Cody-Waite version there) live behind the helpers below.
  * Every mask given to la_load/la_store is a prefix mask (la_tail). */
 #ifndef LINATTN_SIMD512_H
@@ -115,8 +115,8 @@ LA_INLINE __m512 la_expand(__m512 src, __mmask16 m, const float *p)
 {
     return _mm512_mask_expand_ps(src, m, _mm512_loadu_ps(p));
 }
-/* e^x from SLEEF, as the spec asks (an inline polynomial measured ~10%
- * faster at d = 64; see the x86 issue notes). */
+/* e^x from SLEEF, the project's one vector exp (an inline polynomial was
+ * measured ~10% faster at d = 64, not enough to keep two). */
 LA_INLINE __m512 la_exp_raw(__m512 x) { return Sleef_expf16_u10avx512f(x); }
 
 #endif

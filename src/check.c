@@ -90,7 +90,9 @@ static int self_overlaps(const layout *l)
 
 static linattn_status read_config(linattn_config *out, const linattn_config *cfg)
 {
-    if (cfg->struct_size < CONFIG_V1_SIZE || cfg->struct_size > sizeof *cfg)
+    /* Only the sizes of released layouts: a size between them would cut a
+     * field in two. */
+    if (cfg->struct_size != CONFIG_V1_SIZE && cfg->struct_size != sizeof *cfg)
         return la_fail(LINATTN_E_ARG,
                        "cfg->struct_size = %zu: expected %zu (or %zu for a 0.1 caller); "
                        "initialise the config with linattn_config_init",
@@ -153,7 +155,7 @@ static linattn_status check_scalars(const linattn_config *cfg, la_family family,
     if (family == LA_FAMILY_DELTA && cfg->normalize)
         return la_fail(LINATTN_E_ARG,
                        "cfg->normalize = 1: the delta rule has no normaliser; set it to 0");
-    if (family == LA_FAMILY_DELTA && !cfg->causal)
+    if (family == LA_FAMILY_DELTA && !step && !cfg->causal)
         return la_fail(LINATTN_E_ARG, "cfg->causal = 0: the delta rule is causal only");
     if (!step && !cfg->causal && cfg->gate != LINATTN_GATE_NONE)
         return la_fail(LINATTN_E_ARG, "cfg->causal = 0 with a gate: gates need causal = 1");
@@ -307,7 +309,7 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
         .gate = !gated                             ? LA_GATE_NONE
                 : cfg->gate == LINATTN_GATE_CHANNEL ? LA_GATE_CHANNEL
                                                     : LA_GATE_TOKEN,
-        .causal = cfg->causal,
+        .causal = step ? 1 : cfg->causal, /* one token: causal by definition */
         .normalize = cfg->normalize,
         .qk_l2norm = cfg->qk_l2norm,
         .z_compensated = family == LA_FAMILY_ADDITIVE && cfg->normalize && cfg->z_compensated,

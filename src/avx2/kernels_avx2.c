@@ -237,22 +237,29 @@ static size_t up64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 static la_layout layout_of(int64_t chunk, int64_t dk)
 {
+    /* Saturating sizes (sizes.h): an offset that overflows makes bytes
+     * SIZE_MAX, which no allocation satisfies; the ops only run on packs
+     * whose size fitted. */
     la_layout L;
-    const size_t rows = (size_t)chunk * (size_t)dk * sizeof(float);
-    const size_t vec = (size_t)dk * sizeof(float);
+    const size_t c = la_size_of_dim(chunk), d = la_size_of_dim(dk);
+    const size_t rows = la_size_mul(la_size_mul(c, d), sizeof(float));
+    const size_t vec = la_size_mul(d, sizeof(float));
     size_t off = 0;
     L.cp = (chunk + NR - 1) / NR * NR;
-    L.qh = off, off = up64(off + rows);
-    L.qd = off, off = up64(off + rows);
-    L.kh = off, off = up64(off + rows);
-    L.kd = off, off = up64(off + rows);
-    L.kt = off, off = up64(off + (size_t)L.cp * (size_t)dk * sizeof(float));
-    L.b = off, off = up64(off + (size_t)L.cp * sizeof(double));
-    L.et = off, off = up64(off + 2 * (size_t)L.cp * sizeof(float));
-    L.eg = off, off = up64(off + rows);
-    L.kg = off, off = up64(off + rows);
-    L.gq = off, off = up64(off + (size_t)(chunk + 3) / 4 * vec);
-    L.el = off, off = up64(off + vec);
+    const size_t cp = la_size_of_dim(L.cp);
+#define NEXT(field, n) (L.field = off, off = la_size_up64(la_size_add(off, (n))))
+    NEXT(qh, rows);
+    NEXT(qd, rows);
+    NEXT(kh, rows);
+    NEXT(kd, rows);
+    NEXT(kt, la_size_mul(la_size_mul(cp, d), sizeof(float)));
+    NEXT(b, la_size_mul(cp, sizeof(double)));
+    NEXT(et, la_size_mul(2 * sizeof(float), cp));
+    NEXT(eg, rows);
+    NEXT(kg, rows);
+    NEXT(gq, la_size_mul(c / 4 + 1, vec));
+    NEXT(el, vec);
+#undef NEXT
     L.bytes = off;
     return L;
 }

@@ -150,9 +150,14 @@ static pack_view view_of(const void *pack)
 static size_t pack_bytes_avx512(int64_t chunk, int64_t dk, int64_t dv)
 {
     (void)dv;
-    const size_t ldk = (size_t)up16(dk), ldc = (size_t)up16(chunk);
-    return 64 + (4 * (size_t)chunk * ldk + 3 * ldc * ldk + 2 * ldc + (ldc / BLK + 2) * ldk) *
-                    sizeof(float);
+    /* saturating (sizes.h): SIZE_MAX when the pack cannot be addressed */
+    const size_t ldk = la_size_of_dim(up16(dk)), ldc = la_size_of_dim(up16(chunk));
+    const size_t c = la_size_of_dim(chunk);
+    size_t floats = la_size_mul(la_size_mul(4, c), ldk);
+    floats = la_size_add(floats, la_size_mul(la_size_mul(3, ldc), ldk));
+    floats = la_size_add(floats, la_size_mul(2, ldc));
+    floats = la_size_add(floats, la_size_mul(ldc / BLK + 2, ldk));
+    return la_size_add(64, la_size_mul(floats, sizeof(float)));
 }
 
 static int64_t default_chunk_avx512(int64_t dk, int64_t dv, la_gate gate)

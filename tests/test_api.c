@@ -838,6 +838,8 @@ START_TEST(huge_workspace_refused)
         return;
     }
     ck_assert_int_eq(linattn_set_isa((linattn_isa)isa), LINATTN_OK);
+    printf("huge_workspace_refused: %s\n", linattn_isa_name((linattn_isa)isa));
+    fflush(stdout); /* names the table if the call crashes */
     {
         for (int variant = 0; variant < 8; variant++) {
             linattn_config cfg;

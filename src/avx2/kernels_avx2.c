@@ -233,7 +233,6 @@ typedef struct {
     size_t qh, qd, kh, kd, kt, b, et, eg, kg, gq, el, bytes;
 } la_layout;
 
-static size_t up64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 static la_layout layout_of(int64_t chunk, int64_t dk)
 {

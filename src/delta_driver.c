@@ -92,7 +92,7 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
     }
     j.zero_bytes = c->s ? 0 : la_size_floats(c->head_state_elems);
     j.kernel_bytes = la_size_up64(j.chunked ? ops->chunked_bytes(j.chunk, c->dk, j.tile)
-                                            : ops->recurrent_bytes(c->dk, j.tile));
+                                            : ops->recurrent_bytes(c->T, c->dk, j.tile));
     j.per_thread = la_size_add(j.zero_bytes, j.kernel_bytes);
 
     const int64_t units = c->B * c->H * j.ntiles;

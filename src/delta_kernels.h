@@ -72,100 +72,124 @@ static int64_t round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
 
 /* ---- recurrent ----------------------------------------------------------- */
 
-/* One token on nv vectors of columns (the last one has wl lanes). */
-LA_INLINE void delta_token(const la_delta_head *h, const float *qh, const float *kh,
-                           const float *a, float beta, const float *v, float *o, float *s,
-                           int nv, int64_t wl)
+/* Features of one token: qh, kh, the decays a (a[0] for TOKEN), and kn =
+ * the coefficients of S^T k with the decay folded in (CHANNEL: kh o a;
+ * otherwise kh, and the TOKEN decay multiplies the sum). Rows of
+ * DELTA_FEATURES padded vectors. */
+enum { DELTA_FEATURES = 4, DELTA_BLOCK = 32 /* tokens whose features are made at once */ };
+
+LA_INLINE void delta_prepare(const la_delta_head *h, int64_t t, float *f, int64_t dkp)
 {
-    const int64_t dk = h->dk, dv = h->dv;
-    la_vf acc[LA_DELTA_NV], u[LA_DELTA_NV];
+    float *qh = f, *kh = f + dkp, *a = f + 2 * dkp, *kn = f + 3 * dkp;
+    delta_features(h, h->q + t * h->q_ts, h->scale, qh);
+    delta_features(h, h->k + t * h->k_ts, 1.0f, kh);
+    delta_decays(h, t, a);
+    if (h->gate == LA_GATE_CHANNEL)
+        for (int64_t c = 0; c < h->dk; c += LA_VW)
+            vf_store(kn + c, vf_mul(vf_load(kh + c), vf_load(a + c)));
+    else
+        memcpy(kn, kh, (size_t)h->dk * sizeof(float));
+}
+
+/* Tokens t0..t0+n-1 on nv vectors of columns of S (the last one wl lanes
+ * wide), their features in f (one row block of DELTA_FEATURES x dkp per
+ * token). One sweep over the tile per token: row c is decayed and updated
+ * for token t (S = L S + kh u^T), read out for t (o += S_c qh_c), and
+ * already summed for token t+1 (acc += S_c kn_c): the state is read and
+ * written once per token, and the accumulators stay in registers. */
+LA_INLINE void delta_tile_tokens(const la_delta_head *h, float *s, const float *v0, float *o0,
+                                 const float *f, int64_t dkp, int64_t t0, int64_t n, int nv,
+                                 int64_t wl)
+{
+    const int64_t dk = h->dk, dv = h->dv, fs = DELTA_FEATURES * dkp;
+    la_vf acc[LA_DELTA_NV], u[LA_DELTA_NV], out[LA_DELTA_NV];
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
 #define ST(p, x, y)                                                                               \
     ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
     for (int x = 0; x < nv; x++)
         acc[x] = vf_zero();
-    /* pass 1, read only: acc = (L S)^T kh, the decay folded into kh */
-    for (int64_t c = 0; c < dk; c++) {
-        const float kc = h->gate == LA_GATE_CHANNEL ? kh[c] * a[c] : kh[c];
-        const la_vf kv = vf_set1(kc);
-        const float *sr = s + c * dv;
+    for (int64_t c = 0; c < dk; c++) { /* S^T k of the first token */
+        const la_vf kv = vf_set1(f[3 * dkp + c]);
         for (int x = 0; x < nv; x++)
-            acc[x] = vf_fma(LD(sr, x), kv, acc[x]);
+            acc[x] = vf_fma(LD(s + c * dv, x), kv, acc[x]);
     }
-    const la_vf bv = vf_set1(beta);
-    const la_vf at = vf_set1(h->gate == LA_GATE_TOKEN ? a[0] : 1.0f);
-    for (int x = 0; x < nv; x++) {
-        if (h->gate == LA_GATE_TOKEN)
-            acc[x] = vf_mul(acc[x], at);
-        u[x] = vf_mul(bv, vf_sub(LD(v, x), acc[x]));
-        acc[x] = vf_zero(); /* now the output */
-    }
-    /* pass 2: S = L S + kh u^T, o = S^T qh */
-    for (int64_t c = 0; c < dk; c++) {
-        const la_vf kv = vf_set1(kh[c]), qv = vf_set1(qh[c]);
-        float *sr = s + c * dv;
-        if (h->gate == LA_GATE_NONE) {
-            for (int x = 0; x < nv; x++) {
-                const la_vf y = vf_fma(kv, u[x], LD(sr, x));
-                ST(sr, x, y);
-                acc[x] = vf_fma(y, qv, acc[x]);
-            }
-        } else {
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t t = t0 + i;
+        const float *qh = f + i * fs, *kh = qh + dkp, *a = qh + 2 * dkp;
+        const float *kn = i + 1 < n ? f + (i + 1) * fs + 3 * dkp : NULL;
+        const la_vf at = vf_set1(h->gate == LA_GATE_TOKEN ? a[0] : 1.0f);
+        const la_vf bv = vf_set1(h->beta[t * h->beta_ts]);
+        const float *v = v0 + t * h->v_ts;
+        for (int x = 0; x < nv; x++) {
+            u[x] = vf_mul(bv, vf_sub(LD(v, x), h->gate == LA_GATE_TOKEN ? vf_mul(acc[x], at)
+                                                                         : acc[x]));
+            acc[x] = vf_zero();
+            out[x] = vf_zero();
+        }
+        for (int64_t c = 0; c < dk; c++) {
+            const la_vf kv = vf_set1(kh[c]), qv = vf_set1(qh[c]);
             const la_vf av = h->gate == LA_GATE_CHANNEL ? vf_set1(a[c]) : at;
+            const la_vf nk = vf_set1(kn ? kn[c] : 0.0f);
+            float *sr = s + c * dv;
             for (int x = 0; x < nv; x++) {
-                const la_vf y = vf_fma(kv, u[x], vf_mul(av, LD(sr, x)));
+                const la_vf old = LD(sr, x);
+                const la_vf y = vf_fma(kv, u[x], h->gate == LA_GATE_NONE ? old : vf_mul(av, old));
                 ST(sr, x, y);
-                acc[x] = vf_fma(y, qv, acc[x]);
+                out[x] = vf_fma(y, qv, out[x]);
+                acc[x] = vf_fma(y, nk, acc[x]);
             }
         }
+        float *o = o0 + t * h->o_ts;
+        for (int x = 0; x < nv; x++)
+            ST(o, x, out[x]);
     }
-    for (int x = 0; x < nv; x++)
-        ST(o, x, acc[x]);
 #undef LD
 #undef ST
 }
 
+/* A unit of work is up to 128 value columns (several register tiles), so
+ * the features of a token are made once for all of them. */
 static int64_t delta_tile_columns(int64_t dk, int64_t dv)
 {
     (void)dk;
     (void)dv;
-    return DELTA_TILE;
+    return DELTA_TILE > 128 ? DELTA_TILE : 128 / DELTA_TILE * DELTA_TILE;
 }
 
-static size_t delta_recurrent_bytes(int64_t dk, int64_t nj)
+static size_t delta_recurrent_bytes(int64_t T, int64_t dk, int64_t nj)
 {
     (void)nj;
-    return la_size_floats(la_size_mul(3, la_size_of_dim(round_vw(dk))));
+    const size_t block = T < DELTA_BLOCK ? la_size_of_dim(T) : DELTA_BLOCK;
+    return la_size_floats(la_size_mul(la_size_mul(DELTA_FEATURES, block),
+                                      la_size_of_dim(round_vw(dk))));
 }
 
 static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dkp = round_vw(h->dk);
-    float *qh = ws, *kh = qh + dkp, *a = kh + dkp;
-    for (int64_t t = 0; t < h->T; t++) {
-        delta_features(h, h->q + t * h->q_ts, h->scale, qh);
-        delta_features(h, h->k + t * h->k_ts, 1.0f, kh);
-        delta_decays(h, t, a);
-        const float beta = h->beta[t * h->beta_ts];
-        /* the driver passes at most one tile; wider calls take it in turns */
+    float *f = ws;
+    for (int64_t t0 = 0; t0 < h->T; t0 += DELTA_BLOCK) {
+        const int64_t n = h->T - t0 < DELTA_BLOCK ? h->T - t0 : DELTA_BLOCK;
+        for (int64_t i = 0; i < n; i++)
+            delta_prepare(h, t0 + i, f + i * DELTA_FEATURES * dkp, dkp);
         for (int64_t jb = j0; jb < j0 + nj; jb += DELTA_TILE) {
-            const int64_t w = j0 + nj - jb < DELTA_TILE ? j0 + nj - jb : DELTA_TILE;
-            const int nv = (int)((w + LA_VW - 1) / LA_VW);
-            const int64_t wl = w - (int64_t)(nv - 1) * LA_VW;
-            const float *v = h->v + t * h->v_ts + jb;
-            float *o = h->o + t * h->o_ts + jb, *s = h->s + jb;
+            const int64_t width = j0 + nj - jb < DELTA_TILE ? j0 + nj - jb : DELTA_TILE;
+            const int nv = (int)((width + LA_VW - 1) / LA_VW);
+            const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
+            float *s = h->s + jb, *o = h->o + jb;
+            const float *v = h->v + jb;
             /* constant nv per call site: the accumulators stay in registers */
             switch (nv) {
-            case 1: delta_token(h, qh, kh, a, beta, v, o, s, 1, wl); break;
-            case 2: delta_token(h, qh, kh, a, beta, v, o, s, 2, wl); break;
-            case 3: delta_token(h, qh, kh, a, beta, v, o, s, 3, wl); break;
+            case 1: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 1, wl); break;
+            case 2: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 2, wl); break;
+            case 3: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 3, wl); break;
 #if LA_DELTA_NV > 4
-            case 4: delta_token(h, qh, kh, a, beta, v, o, s, 4, wl); break;
-            case 5: delta_token(h, qh, kh, a, beta, v, o, s, 5, wl); break;
-            case 6: delta_token(h, qh, kh, a, beta, v, o, s, 6, wl); break;
-            case 7: delta_token(h, qh, kh, a, beta, v, o, s, 7, wl); break;
+            case 4: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 4, wl); break;
+            case 5: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 5, wl); break;
+            case 6: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 6, wl); break;
+            case 7: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 7, wl); break;
 #endif
-            default: delta_token(h, qh, kh, a, beta, v, o, s, LA_DELTA_NV, wl); break;
+            default: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, wl); break;
             }
         }
     }

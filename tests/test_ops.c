@@ -447,7 +447,7 @@ static void delta_bufs_make(delta_bufs *b, const la_delta_ops *ops, const delta_
                             int64_t nj)
 {
     memset(b, 0, sizeof *b);
-    b->ws[0] = guarded_bytes(&b->mem, la_size_up64(ops->recurrent_bytes(c->dk, nj)));
+    b->ws[0] = guarded_bytes(&b->mem, la_size_up64(ops->recurrent_bytes(c->T, c->dk, nj)));
     b->ws[1] = guarded_bytes(&b->mem, la_size_up64(ops->chunked_bytes(c->chunk, c->dk, nj)));
     b->o = guarded(&b->mem, (size_t)(c->T * c->o_ts), 0);
     b->s = guarded(&b->mem, (size_t)(c->dk * c->dv), 0);
@@ -586,7 +586,7 @@ static void size_ops(const la_table *t, op_stat *st)
                 } else if (fn == 1) {
                     b = t->delta->chunked_bytes(y, x, 64), need = 8.0 * (double)x * (double)y;
                 } else {
-                    b = t->delta->recurrent_bytes(x, y), need = 4.0 * (double)x;
+                    b = t->delta->recurrent_bytes(1, x, y), need = 4.0 * (double)x;
                 }
                 st->cases++;
                 const int ok = (b == SIZE_MAX || (double)b >= need) && b >= prev;

@@ -1,6 +1,7 @@
 /* The delta rule on NEON: delta_kernels.h over this folder's vocabulary,
- * tiles of 8 q-registers (32 value columns: 8 accumulators, 8 update
- * vectors and the operands fit the 32 registers). */
+ * register tiles of 8 q-registers (32 value columns: the update, readout
+ * and next-token accumulators take 24 of the 32 registers). Not yet
+ * measured on hardware. */
 #include "../table.h"
 #include "simd128.h"
 

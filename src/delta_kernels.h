@@ -126,19 +126,28 @@ LA_INLINE void delta_tile_tokens(const la_delta_head *h, float *s, const float *
             acc[x] = vf_zero();
             out[x] = vf_zero();
         }
-        for (int64_t c = 0; c < dk; c++) {
-            const la_vf kv = vf_set1(kh[c]), qv = vf_set1(qh[c]);
-            const la_vf av = h->gate == LA_GATE_CHANNEL ? vf_set1(a[c]) : at;
-            const la_vf nk = vf_set1(kn ? kn[c] : 0.0f);
-            float *sr = s + c * dv;
-            for (int x = 0; x < nv; x++) {
-                const la_vf old = LD(sr, x);
-                const la_vf y = vf_fma(kv, u[x], h->gate == LA_GATE_NONE ? old : vf_mul(av, old));
-                ST(sr, x, y);
-                out[x] = vf_fma(y, qv, out[x]);
-                acc[x] = vf_fma(y, nk, acc[x]);
-            }
+        /* the sweep; the last token of a block (and a step) has no next */
+#define SWEEP(NEXT)                                                                               \
+    for (int64_t c = 0; c < dk; c++) {                                                            \
+        const la_vf kv = vf_set1(kh[c]), qv = vf_set1(qh[c]);                                     \
+        const la_vf av = h->gate == LA_GATE_CHANNEL ? vf_set1(a[c]) : at;                         \
+        const la_vf nk = vf_set1(NEXT ? kn[c] : 0.0f);                                            \
+        float *sr = s + c * dv;                                                                   \
+        for (int x = 0; x < nv; x++) {                                                            \
+            const la_vf old = LD(sr, x);                                                          \
+            const la_vf y = vf_fma(kv, u[x], h->gate == LA_GATE_NONE ? old : vf_mul(av, old));    \
+            ST(sr, x, y);                                                                         \
+            out[x] = vf_fma(y, qv, out[x]);                                                       \
+            if (NEXT)                                                                             \
+                acc[x] = vf_fma(y, nk, acc[x]);                                                   \
+        }                                                                                         \
+    }
+        if (kn) {
+            SWEEP(1)
+        } else {
+            SWEEP(0)
         }
+#undef SWEEP
         float *o = o0 + t * h->o_ts;
         for (int x = 0; x < nv; x++)
             ST(o, x, out[x]);

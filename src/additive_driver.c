@@ -176,9 +176,14 @@ typedef struct {
     unsigned char *ws; /* w.total bytes per thread */
 } head_job;
 
+/* A step's workspace (unit-norm q and k with qk_l2norm) is on the stack
+ * when it fits: decode calls never allocate. */
+enum { STEP_STACK_BYTES = 8192 };
+
 static void run_head(const head_job *j, int64_t i, int tid)
 {
-    unsigned char *mine = j->ws ? j->ws + j->w.total * (size_t)tid : NULL;
+    _Alignas(64) unsigned char stack[STEP_STACK_BYTES];
+    unsigned char *mine = j->ws ? j->ws + j->w.total * (size_t)tid : j->w.total ? stack : NULL;
     la_head h = head_at(j->c, i);
     h.chunk = j->chunk;
     bind(&h, j->c, i, mine, &j->w);
@@ -286,7 +291,7 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
         return run_sequence_parallel(&j, wanted);
 
     const int nt = la_team_size(wanted, heads);
-    if (j.w.total) {
+    if (j.w.total && !(c->step && j.w.total <= STEP_STACK_BYTES)) {
         const size_t bytes = la_size_mul(j.w.total, (size_t)nt);
         j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
         if (j.ws == NULL)

@@ -295,6 +295,57 @@ START_TEST(long_run_normaliser)
 }
 END_TEST
 
+/* Grouped value heads (GROUPED and TILED maps, 2x and 4x value heads per
+ * q/k head) and unit-norm q, k, with every gate and feature map. */
+START_TEST(grouped_heads_and_l2norm)
+{
+    enum { B = 2, H = 4, T = 50, DK = 17, DV = 9 };
+    for (int qkh = 1; qkh <= 2; qkh++)
+        for (int map = 0; map <= 1; map++)
+            for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+                linattn_config c;
+                linattn_config_init(&c, B, H, T, DK, DV);
+                linattn_config_set_gate(&c, (linattn_gate)gate);
+                c.qk_heads = qkh;
+                c.head_map = (linattn_head_map)map;
+                c.qk_l2norm = 1;
+                c.phi = (linattn_phi)((gate + map) % 3);
+                c.normalize = c.phi != LINATTN_PHI_IDENTITY;
+                c.algo = (linattn_algo)(1 + (gate + qkh) % 2);
+                c.q = c.k = (linattn_strides){qkh * T * DK, T * DK, DK};
+                float *q = malloc(sizeof(float) * B * qkh * T * DK);
+                float *k = malloc(sizeof(float) * B * qkh * T * DK);
+                float *v = malloc(sizeof(float) * B * H * T * DV);
+                float *g = malloc(sizeof(float) * B * H * T * DK);
+                float *o = malloc(sizeof(float) * B * H * T * DV);
+                for (int i = 0; i < B * qkh * T * DK; i++)
+                    q[i] = rand_uniform(-1, 1), k[i] = rand_uniform(-1, 1);
+                for (int i = 0; i < B * H * T * DV; i++)
+                    v[i] = rand_uniform(-1, 1);
+                for (int i = 0; i < B * H * T * DK; i++)
+                    g[i] = rand_uniform(-1, 0);
+                ck_assert_int_eq(linattn_forward(&c, q, k, v, gate ? g : NULL, o, NULL, NULL),
+                                 LINATTN_OK);
+                double *ref = malloc(sizeof(double) * B * H * T * DV);
+                double *sr = malloc(sizeof(double) * B * H * DK * DV);
+                double *zr = malloc(sizeof(double) * B * H * DK);
+                oracle_forward(&c, 0, q, k, v, g, NULL, NULL, ref, sr, zr);
+                for (int bh = 0; bh < B * H; bh++) {
+                    double err = 0, big = 1;
+                    for (int i = 0; i < T * DV; i++) {
+                        const double r = ref[bh * T * DV + i];
+                        err = fmax(err, fabs(o[bh * T * DV + i] - r));
+                        big = fmax(big, fabs(r));
+                    }
+                    ck_assert_msg(err <= LA_TOL_REL * big,
+                                  "qk_heads %d map %d gate %d phi %d head %d: error %.3g", qkh, map,
+                                  gate, (int)c.phi, bh, err / big);
+                }
+                free(q), free(k), free(v), free(g), free(o), free(ref), free(sr), free(zr);
+            }
+}
+END_TEST
+
 /* Feeding a sequence in two calls that carry the state equals one call,
  * wherever the split falls. */
 START_TEST(state_carried_across_calls)
@@ -489,6 +540,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, full_resets_by_huge_negative_gates);
     tcase_add_test(oracle, reset_keeps_later_decays);
     tcase_add_test(oracle, long_run_normaliser);
+    tcase_add_test(oracle, grouped_heads_and_l2norm);
     tcase_add_test(oracle, state_carried_across_calls);
     tcase_add_test(oracle, steps_against_oracle);
     tcase_add_test(oracle, chunked_matches_recurrent);

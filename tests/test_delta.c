@@ -112,7 +112,10 @@ static void fill(float *x, size_t n, float lo, float hi)
         x[i] = rand_uniform(lo, hi);
 }
 
-static float *alloc_floats(dproblem *p, size_t n) { return guarded_floats(&p->mem, n, p->sp.unaligned); }
+static float *alloc_floats(dproblem *p, size_t n)
+{
+    return guarded_floats(&p->mem, n, p->sp.unaligned);
+}
 
 static void dproblem_make(dproblem *p, const dspec *sp)
 {
@@ -136,7 +139,9 @@ static void dproblem_make(dproblem *p, const dspec *sp)
 
     float g_lo = sp->g_lo, g_hi = sp->g_hi;
     if (g_lo > g_hi) {
-        g_lo = sp->gate == LINATTN_GATE_TOKEN ? -20.0f : sp->gate == LINATTN_GATE_CHANNEL ? -5.0f : -2.0f;
+        g_lo = sp->gate == LINATTN_GATE_TOKEN     ? -20.0f
+               : sp->gate == LINATTN_GATE_CHANNEL ? -5.0f
+                                                  : -2.0f;
         g_hi = sp->gate == LINATTN_GATE_CHANNEL ? 0.0f : -1e-4f;
     }
     const size_t nqk = (size_t)(B * Hq * T * dk), nv = (size_t)(B * H * T * dv);
@@ -386,6 +391,16 @@ START_TEST(long_sequence_big_heads)
         sp.scale = 1.0f / 16;
         run_dspec(&sp);
     }
+    /* near the longest sequences the contract covers */
+    for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+        for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++) {
+            dspec sp = dspec_default(1, 1, 4096, 64, 64);
+            sp.gate = (linattn_gate)gate;
+            sp.algo = (linattn_algo)algo;
+            sp.with_state = 1;
+            sp.scale = 1.0f / 8;
+            run_dspec(&sp);
+        }
 }
 END_TEST
 
@@ -444,6 +459,33 @@ START_TEST(strong_decay)
             sp.g_lo = -30.0f, sp.g_hi = 0.0f; /* strong and weak mixed */
             run_dspec(&sp);
         }
+}
+END_TEST
+
+/* Per-channel gates where some channels decay hard (-20 per token) and
+ * others not at all (0): within one chunk the channels' prefix sums then
+ * differ by up to 20 x chunk, so a factor formed relative to the wrong row
+ * overflows. Both patterns: alternating channels, and one strong channel. */
+START_TEST(channel_gate_extremes)
+{
+    static const int64_t chunks[] = {0, 7, 64, 200};
+    for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++)
+        for (int pattern = 0; pattern < 2; pattern++)
+            for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++) {
+                dspec sp = dspec_default(1, 2, 150, 33, 20);
+                sp.gate = LINATTN_GATE_CHANNEL;
+                sp.algo = (linattn_algo)algo;
+                sp.chunk = chunks[i];
+                sp.with_state = 1;
+                dproblem p;
+                dproblem_make(&p, &sp);
+                for (int64_t x = 0; x < sp.H * sp.T; x++)
+                    for (int64_t c = 0; c < sp.dk; c++)
+                        p.g[x * sp.dk + c] = (pattern ? c == 5 : c % 2 == 0) ? -20.0f : 0.0f;
+                ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
+                expect_matches_oracle(&p, pattern ? "one strong channel" : "alternating channels");
+                dproblem_free(&p);
+            }
 }
 END_TEST
 
@@ -631,7 +673,8 @@ END_TEST
 /* Decode steps alone over many shapes, threads and alignments. */
 START_TEST(steps_against_oracle)
 {
-    static const int64_t dims[][2] = {{1, 1}, {3, 17}, {16, 16}, {65, 33}, {128, 128}, {129, 7}, {256, 256}};
+    static const int64_t dims[][2] = {{1, 1},    {3, 17},  {16, 16}, {65, 33},
+                                      {128, 128}, {129, 7}, {256, 256}};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
             dspec sp = dspec_default(2, 2, 12, dims[i][0], dims[i][1]);
@@ -648,6 +691,106 @@ START_TEST(steps_against_oracle)
             expect_matches_oracle(&p, "steps");
             dproblem_free(&p);
         }
+}
+END_TEST
+
+/* Steps on per-token buffers laid out by linattn_config_init_step: q, k
+ * [B][Hqk][dk], v, o [B][H][dv], g [B][H] or [B][H][dk], beta [B][H]; each
+ * step against the oracle's step from the state the previous one left. */
+START_TEST(steps_on_step_buffers)
+{
+    for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+        for (int map = LINATTN_HEADS_GROUPED; map <= LINATTN_HEADS_TILED; map++) {
+            const int64_t B = 2, H = 4, Hq = 2, dk = 24, dv = 40, steps = 5;
+            linattn_config c;
+            linattn_config_init_step(&c, B, H, dk, dv);
+            c.normalize = 0;
+            c.qk_l2norm = 1;
+            c.qk_heads = Hq;
+            c.head_map = (linattn_head_map)map;
+            c.scale = 0.2f;
+            c.num_threads = 1 + map;
+            linattn_config_set_gate(&c, (linattn_gate)gate);
+            c.q = c.k = (linattn_strides){Hq * dk, dk, 0};
+            problem mem = {0};
+            const size_t nqk = (size_t)(B * Hq * dk), nv = (size_t)(B * H * dv),
+                         ns = (size_t)(B * H * dk * dv);
+            const size_t ng = gate == LINATTN_GATE_NONE      ? 0
+                              : gate == LINATTN_GATE_HEAD    ? (size_t)H
+                              : gate == LINATTN_GATE_TOKEN   ? (size_t)(B * H)
+                                                             : (size_t)(B * H * dk);
+            float *q = guarded_floats(&mem, nqk, 1), *k = guarded_floats(&mem, nqk, 0);
+            float *v = guarded_floats(&mem, nv, 1), *o = guarded_floats(&mem, nv, 0);
+            float *beta = guarded_floats(&mem, (size_t)(B * H), 1);
+            float *g = ng ? guarded_floats(&mem, ng, 0) : NULL;
+            float *s = guarded_floats(&mem, ns, 1);
+            fill(s, ns, -1, 1);
+            double *o_ref = malloc(nv * sizeof(double)), *s_ref = malloc(ns * sizeof(double));
+            float *s_prev = malloc(ns * sizeof(float));
+            for (int64_t t = 0; t < steps; t++) {
+                fill(q, nqk, -1, 1);
+                fill(k, nqk, -1, 1);
+                fill(v, nv, -0.3f, 5);
+                fill(beta, (size_t)(B * H), 0, 1);
+                if (g)
+                    fill(g, ng, gate == LINATTN_GATE_TOKEN ? -20.0f : -5.0f, 0);
+                memcpy(s_prev, s, ns * sizeof(float));
+                const linattn_status st = linattn_delta_step(&c, q, k, v, g, beta, o, s);
+                ck_assert_msg(st == LINATTN_OK, "%s", linattn_last_error());
+                oracle_delta(&c, 1, q, k, v, g, beta, s_prev, o_ref, s_ref);
+                for (int64_t bh = 0; bh < B * H; bh++) {
+                    const double *sr = s_ref + bh * dk * dv;
+                    const double e = worse(rel_err(o + bh * dv, dv, o_ref + bh * dv, 1, dv),
+                                           rel_err(s + bh * dk * dv, dv, sr, dk, dv));
+                    ck_assert_msg(e <= LA_TOL_REL, "step %lld, gate %d, map %d, (b,h) %lld: %.3g",
+                                  (long long)t, gate, map, (long long)bh, e);
+                }
+            }
+            free(o_ref);
+            free(s_ref);
+            free(s_prev);
+            problem_free(&mem);
+        }
+}
+END_TEST
+
+/* A NaN in q/k/v is not an API error; it reaches the outputs it touches:
+ * one in k or v at token t reaches o_t (and the state after it), never an
+ * earlier output; one in q reaches o_t only. Chunked kernels must skip the
+ * masked parts of a chunk, not multiply them by zero. */
+START_TEST(nan_propagates_only_forward)
+{
+    for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int where = 0; where < 3; where++) {
+                dspec sp = dspec_default(1, 1, 80, 8, 8);
+                sp.algo = (linattn_algo)algo;
+                sp.gate = (linattn_gate)gate;
+                sp.chunk = 16;
+                sp.beta_lo = 0.1f;
+                dproblem p;
+                dproblem_make(&p, &sp);
+                const int64_t bad = 37;
+                float *input = where == 0 ? p.v : where == 1 ? p.k : p.q;
+                input[bad * 8 + 3] = NAN;
+                ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
+                for (int64_t t = 0; t < sp.T; t++) {
+                    const float *ot = p.o + t * p.cfg.o.token;
+                    int any_nan = 0, all_finite = 1;
+                    for (int64_t j = 0; j < sp.dv; j++) {
+                        any_nan |= isnan(ot[j]);
+                        all_finite &= isfinite(ot[j]);
+                    }
+                    if (t < bad || (where == 2 && t > bad))
+                        ck_assert_msg(all_finite,
+                                      "o[t=%lld] not finite, NaN in input %d at %lld: %s",
+                                      (long long)t, where, (long long)bad, dspec_name(&sp));
+                    else if (t == bad)
+                        ck_assert_msg(any_nan, "o[t=%lld] has no NaN, NaN in input %d there: %s",
+                                      (long long)t, where, dspec_name(&sp));
+                }
+                dproblem_free(&p);
+            }
 }
 END_TEST
 
@@ -789,7 +932,8 @@ typedef struct {
     mutate_fn mutate;
 } bad_case;
 
-#define ENTRY(name, gate, expected, message) {#name, LINATTN_GATE_##gate, expected, message, 0, mutate_##name}
+#define ENTRY(name, gate, expected, message)                                                       \
+    {#name, LINATTN_GATE_##gate, expected, message, 0, mutate_##name}
 static const bad_case bad_cases[] = {
     ENTRY(beta_above_two, NONE, LINATTN_E_ARG, "beta[b=1,h=0,t=0]"),
     ENTRY(beta_negative, TOKEN, LINATTN_E_ARG, "beta[b=1,h=0,t=0]"),
@@ -874,6 +1018,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, feature_maps_and_l2norm);
     tcase_add_test(oracle, beta_up_to_two);
     tcase_add_test(oracle, strong_decay);
+    tcase_add_test(oracle, channel_gate_extremes);
     tcase_add_test(oracle, full_reset);
     tcase_add_test(oracle, grouped_heads);
     tcase_add_test(oracle, strided_layouts);
@@ -882,6 +1027,8 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, chunked_matches_recurrent);
     tcase_add_test(oracle, state_carried_across_calls);
     tcase_add_test(oracle, steps_against_oracle);
+    tcase_add_test(oracle, steps_on_step_buffers);
+    tcase_add_test(oracle, nan_propagates_only_forward);
     tcase_add_test(oracle, threads_bitwise_equal);
     suite_add_tcase(s, oracle);
 

@@ -365,15 +365,15 @@ START_TEST(grid_against_oracle)
             const int big = T * dk * dv > 1000 * 64 * 65;
             dspec sp = dspec_default(big ? 1 : 2, big ? 1 : 4, T, dk, dv);
             sp.algo = algo;
-            sp.gate = (linattn_gate)(n % 4);
-            sp.phi = (linattn_phi)((n / 4) % 3);
+            sp.gate = (linattn_gate)((ti + j) % 4);
+            sp.phi = (linattn_phi)(ti % 3);
             if (n % 3 == 2)
                 small_keys(&sp);
-            sp.with_state = n % 2;
-            sp.scale = n % 5 == 0 ? (float)(1.0 / sqrt((double)dk)) : 1.0f;
-            if (!big && n % 4 != 3) { /* 2 q/k heads, both maps */
+            sp.with_state = (n / 2 + ti) % 2;
+            sp.scale = n % 7 == 0 ? (float)(1.0 / sqrt((double)dk)) : 1.0f;
+            if (!big && n % 5 != 4) { /* 2 q/k heads, both maps */
                 sp.qk_heads = 2;
-                sp.head_map = (linattn_head_map)(n % 2);
+                sp.head_map = (linattn_head_map)((n / 3) % 2);
             }
             run_dspec(&sp);
         }

@@ -71,7 +71,9 @@ static head_ws ws_plan(const la_call *c, int chunked, int64_t chunk, size_t pack
     const size_t dk = (size_t)c->dk, T = (size_t)c->T;
     const size_t state = la_size_floats(c->head_state_elems);
     w.zero = c->s ? 0 : state;
-    w.zc = !chunked && c->z && c->T > 1 ? la_size_floats(dk) : 0;
+    /* the recurrent forward compensates z within the call even when the
+     * caller keeps no compensation */
+    w.zc = !chunked && c->normalize && !c->z_compensated && c->T > 1 ? la_size_floats(dk) : 0;
     w.norm = c->qk_l2norm ? la_size_floats(la_size_mul(2 * dk, T)) : 0;
     w.chunk_state = chunked ? state : 0;
     w.pack = chunked ? la_size_up64(pack_bytes) : 0;
@@ -109,12 +111,14 @@ static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, con
     const size_t elems = c->head_state_elems;
     if (c->s) {
         h->s = c->s + (size_t)i * (size_t)(c->dk * c->dv);
-        h->z = c->z ? c->z + i * c->dk : NULL;
+        h->z = c->z ? c->z + i * c->dk * (1 + c->z_compensated) : NULL;
     } else {
         memset(ws, 0, elems * sizeof(float));
         h->s = (float *)ws;
         h->z = c->normalize ? h->s + c->dk * c->dv : NULL;
     }
+    if (c->z_compensated)
+        h->zc = h->z + c->dk; /* the caller's compensation, carried across calls */
     ws += w->zero;
     if (w->zc) {
         memset(ws, 0, (size_t)c->dk * sizeof(float));
@@ -128,6 +132,19 @@ static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, con
         h->q = nq, h->k = nk, h->q_ts = h->k_ts = h->dk;
         h->phi = LINATTN_PHI_IDENTITY;
     }
+}
+
+/* The chunk ops keep no compensation: fold the caller's into z first (the
+ * chunked sums round once per chunk, not per token). */
+static void fold_compensation(la_head *h)
+{
+    if (h->zc == NULL)
+        return;
+    for (int64_t c = 0; c < h->dk; c++) {
+        h->z[c] += h->zc[c];
+        h->zc[c] = 0.0f;
+    }
+    h->zc = NULL;
 }
 
 /* The token loop of the recurrent forward and of a step. */
@@ -165,6 +182,8 @@ static void run_head(const head_job *j, int64_t i, int tid)
     la_head h = head_at(j->c, i);
     h.chunk = j->chunk;
     bind(&h, j->c, i, mine, &j->w);
+    if (!j->c->causal || j->chunked)
+        fold_compensation(&h);
     if (!j->c->causal)
         j->ops->forward_noncausal(&h);
     else if (j->chunked)
@@ -209,6 +228,7 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
         la_head h = head_at(c, i);
         h.chunk = chunk;
         bind(&h, c, i, ws, &hw);
+        fold_compensation(&h);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
 #endif

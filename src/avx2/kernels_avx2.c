@@ -26,8 +26,8 @@
 
 #include "../ftz_x86.h"
 #include "../table.h"
+#include "simd256.h"
 
-#define LA_INLINE static inline __attribute__((always_inline))
 
 enum {
     MR4 = 4,  /* rows of the noncausal register tile */
@@ -39,85 +39,6 @@ enum {
     TB = 64,  /* tokens of a stack-buffered k block (noncausal) */
     CB = 32   /* channels whose phi/decay the step computes at once */
 };
-
-/* ---- small helpers ---------------------------------------------------- */
-
-/* Lanes l < w (w clamped to 0..8). */
-LA_INLINE __m256i lane_mask(int64_t w)
-{
-    const int n = w < 0 ? 0 : w > 8 ? 8 : (int)w;
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-LA_INLINE __m256i lane_mask64(int64_t w)
-{
-    const int64_t n = w < 0 ? 0 : w > 4 ? 4 : w;
-    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
-}
-
-/* w >= 8: a plain unaligned access; else only the first w lanes are touched. */
-LA_INLINE __m256 load8(const float *p, int64_t w)
-{
-    return w >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lane_mask(w));
-}
-
-LA_INLINE void store8(float *p, __m256 x, int64_t w)
-{
-    if (w >= 8)
-        _mm256_storeu_ps(p, x);
-    else
-        _mm256_maskstore_ps(p, lane_mask(w), x);
-}
-
-/* 8 doubles (w valid, the rest read as 0) minus 8 doubles, as floats. */
-LA_INLINE __m256 ddiff8(const double *x, const double *y, int64_t w)
-{
-    __m256d x0, x1, y0, y1;
-    if (w >= 8) {
-        x0 = _mm256_loadu_pd(x), x1 = _mm256_loadu_pd(x + 4);
-        y0 = _mm256_loadu_pd(y), y1 = _mm256_loadu_pd(y + 4);
-    } else {
-        const __m256i m0 = lane_mask64(w), m1 = lane_mask64(w - 4);
-        x0 = _mm256_maskload_pd(x, m0), x1 = _mm256_maskload_pd(x + 4, m1);
-        y0 = _mm256_maskload_pd(y, m0), y1 = _mm256_maskload_pd(y + 4, m1);
-    }
-    return _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(x1, y1)),
-                           _mm256_cvtpd_ps(_mm256_sub_pd(x0, y0)));
-}
-
-/* e^x for a decay exponent. x <= 0 up to rounding; the clamp keeps a
- * masked-out or rounded lane from overflowing. Exactly 0 below
- * LA_EXP_ZERO_BELOW (no subnormals); NaN stays NaN. */
-LA_INLINE __m256 decay8(__m256 x)
-{
-    const __m256 e = Sleef_expf8_u10avx2(_mm256_min_ps(x, _mm256_setzero_ps()));
-    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(LA_EXP_ZERO_BELOW), _CMP_LT_OQ), e);
-}
-
-LA_INLINE float hsum8(__m256 x)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* phi, then lanes >= w zeroed (phi(0) = 1 for ELU1). NaN propagates: min and
- * max return their second operand, x, when it is NaN. */
-LA_INLINE __m256 phi8(linattn_phi phi, __m256 x, int64_t w)
-{
-    const __m256 zero = _mm256_setzero_ps();
-    __m256 y = x;
-    if (phi == LINATTN_PHI_ELU1) {
-        /* exp of min(0, x): large positive x must not overflow the unused branch. */
-        const __m256 e = Sleef_expf8_u10avx2(_mm256_min_ps(zero, x));
-        y = _mm256_blendv_ps(e, _mm256_add_ps(x, _mm256_set1_ps(1.0f)),
-                             _mm256_cmp_ps(x, zero, _CMP_GT_OQ));
-    } else if (phi == LINATTN_PHI_RELU) {
-        y = _mm256_max_ps(zero, x);
-    }
-    return w >= 8 ? y : _mm256_and_ps(y, _mm256_castsi256_ps(lane_mask(w)));
-}
 
 static float dot_avx2(const float *x, const float *y, int64_t n)
 {
@@ -316,22 +237,29 @@ static size_t up64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 static la_layout layout_of(int64_t chunk, int64_t dk)
 {
+    /* Saturating sizes (sizes.h): an offset that overflows makes bytes
+     * SIZE_MAX, which no allocation satisfies; the ops only run on packs
+     * whose size fitted. */
     la_layout L;
-    const size_t rows = (size_t)chunk * (size_t)dk * sizeof(float);
-    const size_t vec = (size_t)dk * sizeof(float);
+    const size_t c = la_size_of_dim(chunk), d = la_size_of_dim(dk);
+    const size_t rows = la_size_mul(la_size_mul(c, d), sizeof(float));
+    const size_t vec = la_size_mul(d, sizeof(float));
     size_t off = 0;
     L.cp = (chunk + NR - 1) / NR * NR;
-    L.qh = off, off = up64(off + rows);
-    L.qd = off, off = up64(off + rows);
-    L.kh = off, off = up64(off + rows);
-    L.kd = off, off = up64(off + rows);
-    L.kt = off, off = up64(off + (size_t)L.cp * (size_t)dk * sizeof(float));
-    L.b = off, off = up64(off + (size_t)L.cp * sizeof(double));
-    L.et = off, off = up64(off + 2 * (size_t)L.cp * sizeof(float));
-    L.eg = off, off = up64(off + rows);
-    L.kg = off, off = up64(off + rows);
-    L.gq = off, off = up64(off + (size_t)(chunk + 3) / 4 * vec);
-    L.el = off, off = up64(off + vec);
+    const size_t cp = la_size_of_dim(L.cp);
+#define NEXT(field, n) (L.field = off, off = la_size_up64(la_size_add(off, (n))))
+    NEXT(qh, rows);
+    NEXT(qd, rows);
+    NEXT(kh, rows);
+    NEXT(kd, rows);
+    NEXT(kt, la_size_mul(la_size_mul(cp, d), sizeof(float)));
+    NEXT(b, la_size_mul(cp, sizeof(double)));
+    NEXT(et, la_size_mul(2 * sizeof(float), cp));
+    NEXT(eg, rows);
+    NEXT(kg, rows);
+    NEXT(gq, la_size_mul(c / 4 + 1, vec));
+    NEXT(el, vec);
+#undef NEXT
     L.bytes = off;
     return L;
 }
@@ -1042,9 +970,12 @@ static const la_additive_ops additive_avx2 = {
     .forward_noncausal = forward_noncausal_avx2,
 };
 
+extern const la_delta_ops la_delta_avx2;
+
 const la_table la_table_avx2 = {
     .name = "avx2",
     .isa = LINATTN_ISA_AVX2,
     .requires = LA_FEAT_AVX2 | LA_FEAT_FMA,
     .additive = &additive_avx2,
+    .delta = &la_delta_avx2,
 };

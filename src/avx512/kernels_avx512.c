@@ -26,18 +26,6 @@ enum {
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t up16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
-LA_INLINE __m512 phi_v(linattn_phi phi, __m512 x)
-{
-    const __m512 zero = _mm512_setzero_ps();
-    switch (phi) {
-    case LINATTN_PHI_ELU1: { /* x + 1 where x > 0, else e^x (NaN takes the exp path) */
-        const __mmask16 pos = _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ);
-        return _mm512_mask_add_ps(la_exp(_mm512_min_ps(zero, x)), pos, x, _mm512_set1_ps(1.0f));
-    }
-    case LINATTN_PHI_RELU: return _mm512_max_ps(zero, x); /* x second: NaN propagates */
-    default: return x;
-    }
-}
 
 /* ---- GEMM tile --------------------------------------------------------- */
 
@@ -162,9 +150,14 @@ static pack_view view_of(const void *pack)
 static size_t pack_bytes_avx512(int64_t chunk, int64_t dk, int64_t dv)
 {
     (void)dv;
-    const size_t ldk = (size_t)up16(dk), ldc = (size_t)up16(chunk);
-    return 64 + (4 * (size_t)chunk * ldk + 3 * ldc * ldk + 2 * ldc + (ldc / BLK + 2) * ldk) *
-                    sizeof(float);
+    /* saturating (sizes.h): SIZE_MAX when the pack cannot be addressed */
+    const size_t ldk = la_size_of_dim(up16(dk)), ldc = la_size_of_dim(up16(chunk));
+    const size_t c = la_size_of_dim(chunk);
+    size_t floats = la_size_mul(la_size_mul(4, c), ldk);
+    floats = la_size_add(floats, la_size_mul(la_size_mul(3, ldc), ldk));
+    floats = la_size_add(floats, la_size_mul(2, ldc));
+    floats = la_size_add(floats, la_size_mul(ldc / BLK + 2, ldk));
+    return la_size_add(64, la_size_mul(floats, sizeof(float)));
 }
 
 static int64_t default_chunk_avx512(int64_t dk, int64_t dv, la_gate gate)
@@ -859,10 +852,13 @@ static const la_additive_ops additive_avx512 = {
     .forward_noncausal = forward_noncausal_avx512,
 };
 
+extern const la_delta_ops LA_DELTA_OPS;
+
 const la_table LA_TABLE = {
     .name = LA_TABLE_NAME,
     .isa = LINATTN_ISA_AVX512,
     .requires = LA_TABLE_REQUIRES,
     .test_only = LA_TABLE_TEST_ONLY,
     .additive = &additive_avx512,
+    .delta = &LA_DELTA_OPS,
 };

@@ -22,7 +22,8 @@ static size_t header_floats(void) { return 64 / sizeof(float); }
 static size_t pack_bytes_scalar(int64_t chunk, int64_t dk, int64_t dv)
 {
     (void)dv;
-    return 64 + (size_t)chunk * (size_t)dk * (2 * sizeof(float) + sizeof(double));
+    const size_t per_row = la_size_mul(la_size_of_dim(dk), 2 * sizeof(float) + sizeof(double));
+    return la_size_add(64, la_size_mul(la_size_of_dim(chunk), per_row));
 }
 
 static float *pack_qh(const void *pack) { return (float *)pack + header_floats(); }

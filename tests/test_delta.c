@@ -710,6 +710,7 @@ START_TEST(steps_on_step_buffers)
             c.head_map = (linattn_head_map)map;
             c.scale = 0.2f;
             c.num_threads = 1 + map;
+            c.causal = map; /* a step ignores it: one token is causal */
             linattn_config_set_gate(&c, (linattn_gate)gate);
             c.q = c.k = (linattn_strides){Hq * dk, dk, 0};
             problem mem = {0};
@@ -923,17 +924,19 @@ BAD_CASE(o_overlaps_beta, a->o = p->beta)
 BAD_CASE(s_overlaps_beta, a->s = p->beta)
 BAD_CASE(step_without_state, a->s = NULL)
 
+enum { FORWARD_AND_STEP, FORWARD_ONLY, STEP_ONLY };
+
 typedef struct {
     const char *name;
     linattn_gate gate;
     linattn_status expected;
     const char *message; /* linattn_last_error() contains this */
-    int step_only;
+    int calls; /* FORWARD_AND_STEP, FORWARD_ONLY or STEP_ONLY */
     mutate_fn mutate;
 } bad_case;
 
 #define ENTRY(name, gate, expected, message)                                                       \
-    {#name, LINATTN_GATE_##gate, expected, message, 0, mutate_##name}
+    {#name, LINATTN_GATE_##gate, expected, message, FORWARD_AND_STEP, mutate_##name}
 static const bad_case bad_cases[] = {
     ENTRY(beta_above_two, NONE, LINATTN_E_ARG, "beta[b=1,h=0,t=0]"),
     ENTRY(beta_negative, TOKEN, LINATTN_E_ARG, "beta[b=1,h=0,t=0]"),
@@ -942,7 +945,6 @@ static const bad_case bad_cases[] = {
     ENTRY(beta_null, NONE, LINATTN_E_NULL, "beta"),
     ENTRY(beta_negative_stride, NONE, LINATTN_E_STRIDE, "beta.head"),
     ENTRY(normalize_one, NONE, LINATTN_E_ARG, "normalize"),
-    ENTRY(noncausal, NONE, LINATTN_E_ARG, "causal"),
     ENTRY(qk_l2norm_two, NONE, LINATTN_E_ARG, "qk_l2norm"),
     ENTRY(qk_heads_not_divisor, NONE, LINATTN_E_ARG, "qk_heads"),
     ENTRY(qk_heads_negative, NONE, LINATTN_E_ARG, "qk_heads"),
@@ -954,15 +956,18 @@ static const bad_case bad_cases[] = {
     ENTRY(null_g, TOKEN, LINATTN_E_NULL, "g"),
     ENTRY(o_overlaps_beta, NONE, LINATTN_E_OVERLAP, "beta"),
     ENTRY(s_overlaps_beta, NONE, LINATTN_E_OVERLAP, "beta"),
-    {"step_without_state", LINATTN_GATE_NONE, LINATTN_E_NULL, "s is NULL", 1,
+    /* one token is causal by definition: a step ignores cfg->causal */
+    {"noncausal", LINATTN_GATE_NONE, LINATTN_E_ARG, "causal", FORWARD_ONLY, mutate_noncausal},
+    {"step_without_state", LINATTN_GATE_NONE, LINATTN_E_NULL, "s is NULL", STEP_ONLY,
      mutate_step_without_state},
 };
 
-/* _i indexes bad_cases; each case runs through forward and through step. */
+/* _i indexes bad_cases; each case runs through forward and step (or the one
+ * call it applies to). */
 START_TEST(bad_input_writes_nothing)
 {
     const bad_case *bc = &bad_cases[_i];
-    for (int step = bc->step_only; step <= 1; step++) {
+    for (int step = bc->calls == STEP_ONLY; step <= (bc->calls != FORWARD_ONLY); step++) {
         guarded_call c;
         bad_setup(&c, bc->gate);
         call_args a = {c.p.cfg, c.p.beta, c.p.o, c.p.s};

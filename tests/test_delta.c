@@ -5,7 +5,8 @@
  *
  * Value regimes: the accuracy contract covers q, k uniform in [-1, 1] with
  * qk_l2norm = 1, v in [-0.3, 5], beta in [0, 1], g in [-20, -1e-4] (TOKEN)
- * and [-5, 0] (CHANNEL), which are the defaults below. Without qk_l2norm the
+ * and [-5, 0] (CHANNEL), which are the defaults below (a per-head gate
+ * draws from [-2, -1e-4]). Without qk_l2norm the
  * keys are drawn small enough that beta |kh|^2 <= 2: each token's transition
  * I - beta kh kh^T then has spectral norm <= 1. Larger keys make the exact
  * recurrence itself grow without bound (an eigenvalue 1 - beta |kh|^2 < -1),
@@ -353,10 +354,12 @@ enum { N_T = sizeof grid_T / sizeof grid_T[0], N_D = sizeof grid_d / sizeof grid
 
 /* _i: 0 = chunked, 1 = recurrent. Four (dk, dv) pairs per T, rotated so
  * that every size meets every T bracket and several gates, feature maps,
- * normalisations and head maps; big problems run on fewer heads. */
+ * normalisations, head maps and chunk sizes; big problems run on fewer
+ * heads. */
 START_TEST(grid_against_oracle)
 {
     const linattn_algo algo = _i == 0 ? LINATTN_ALGO_CHUNKED : LINATTN_ALGO_RECURRENT;
+    static const int64_t chunks[] = {0, 5, 0, 16, 64, 0, 33}; /* 0: the table's default */
     for (int ti = 0; ti < N_T; ti++)
         for (int j = 0; j < 4; j++) {
             const int n = ti * 4 + j;
@@ -365,6 +368,7 @@ START_TEST(grid_against_oracle)
             const int big = T * dk * dv > 1000 * 64 * 65;
             dspec sp = dspec_default(big ? 1 : 2, big ? 1 : 4, T, dk, dv);
             sp.algo = algo;
+            sp.chunk = chunks[n % 7]; /* ignored by recurrent */
             sp.gate = (linattn_gate)((ti + j) % 4);
             sp.phi = (linattn_phi)(ti % 3);
             if (n % 3 == 2)
@@ -597,7 +601,7 @@ START_TEST(chunked_matches_recurrent)
 {
     static const int64_t chunks[] = {0, 1, 7, 16, 64, 150, 5000};
     for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
-        dspec sp = dspec_default(1, 2, 150, 40, 33);
+        dspec sp = dspec_default(1, 2, 150, 40, 33); /* B = 1, BHTD: o, s by head */
         sp.gate = (linattn_gate)gate;
         sp.algo = LINATTN_ALGO_RECURRENT;
         sp.with_state = 1;

@@ -142,27 +142,31 @@ static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void
 {
     const int64_t dkp = round_vw(h->dk);
     float *qh = ws, *kh = qh + dkp, *a = kh + dkp;
-    const int nv = (int)((nj + LA_VW - 1) / LA_VW);
-    const int64_t wl = nj - (int64_t)(nv - 1) * LA_VW;
     for (int64_t t = 0; t < h->T; t++) {
         delta_features(h, h->q + t * h->q_ts, h->scale, qh);
         delta_features(h, h->k + t * h->k_ts, 1.0f, kh);
         delta_decays(h, t, a);
         const float beta = h->beta[t * h->beta_ts];
-        const float *v = h->v + t * h->v_ts + j0;
-        float *o = h->o + t * h->o_ts + j0, *s = h->s + j0;
-        /* constant nv per call site: the accumulators stay in registers */
-        switch (nv) {
-        case 1: delta_token(h, qh, kh, a, beta, v, o, s, 1, wl); break;
-        case 2: delta_token(h, qh, kh, a, beta, v, o, s, 2, wl); break;
-        case 3: delta_token(h, qh, kh, a, beta, v, o, s, 3, wl); break;
+        /* the driver passes at most one tile; wider calls take it in turns */
+        for (int64_t jb = j0; jb < j0 + nj; jb += DELTA_TILE) {
+            const int64_t w = j0 + nj - jb < DELTA_TILE ? j0 + nj - jb : DELTA_TILE;
+            const int nv = (int)((w + LA_VW - 1) / LA_VW);
+            const int64_t wl = w - (int64_t)(nv - 1) * LA_VW;
+            const float *v = h->v + t * h->v_ts + jb;
+            float *o = h->o + t * h->o_ts + jb, *s = h->s + jb;
+            /* constant nv per call site: the accumulators stay in registers */
+            switch (nv) {
+            case 1: delta_token(h, qh, kh, a, beta, v, o, s, 1, wl); break;
+            case 2: delta_token(h, qh, kh, a, beta, v, o, s, 2, wl); break;
+            case 3: delta_token(h, qh, kh, a, beta, v, o, s, 3, wl); break;
 #if LA_DELTA_NV > 4
-        case 4: delta_token(h, qh, kh, a, beta, v, o, s, 4, wl); break;
-        case 5: delta_token(h, qh, kh, a, beta, v, o, s, 5, wl); break;
-        case 6: delta_token(h, qh, kh, a, beta, v, o, s, 6, wl); break;
-        case 7: delta_token(h, qh, kh, a, beta, v, o, s, 7, wl); break;
+            case 4: delta_token(h, qh, kh, a, beta, v, o, s, 4, wl); break;
+            case 5: delta_token(h, qh, kh, a, beta, v, o, s, 5, wl); break;
+            case 6: delta_token(h, qh, kh, a, beta, v, o, s, 6, wl); break;
+            case 7: delta_token(h, qh, kh, a, beta, v, o, s, 7, wl); break;
 #endif
-        default: delta_token(h, qh, kh, a, beta, v, o, s, LA_DELTA_NV, wl); break;
+            default: delta_token(h, qh, kh, a, beta, v, o, s, LA_DELTA_NV, wl); break;
+            }
         }
     }
 }

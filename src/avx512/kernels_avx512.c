@@ -117,33 +117,30 @@ LA_INLINE void tile(int64_t m, int64_t nc, const la_pass *ps, int np, float *c, 
  * between (one exp per gate value instead of one per factor; at most C
  * roundings, ~C * 6e-8 relative, and products underflow to 0 gracefully). */
 typedef struct {
-    int64_t rows, ldk, ldc;
-} pack_header;
-
-typedef struct {
     float *qh, *kh, *ga, *kd, *qs, *kp, *qt, *gb, *pl, *qr;
     double *bt;
     int64_t ldk, ldc;
 } pack_view;
 
-static pack_view view_of(const void *pack)
+/* The pack's pointers, from the head's chunk and dk (as in every table). */
+static pack_view view_of(const la_head *h, const void *pack)
 {
-    const pack_header *hd = pack;
-    const int64_t rows = hd->rows * hd->ldk, panel = hd->ldc * hd->ldk;
-    float *f = (float *)pack + 16;
+    const int64_t ldk = up16(h->dk), ldc = up16(h->chunk);
+    const int64_t rows = h->chunk * ldk, panel = ldc * ldk;
+    float *f = (float *)(uintptr_t)pack + 16;
     pack_view p = {.qh = f,
                    .kh = f + rows,
                    .ga = f + 2 * rows,
                    .kd = f + 3 * rows,
-                   .ldk = hd->ldk,
-                   .ldc = hd->ldc};
+                   .ldk = ldk,
+                   .ldc = ldc};
     p.qs = f + 4 * rows;
     p.kp = p.qs + panel;
     p.qt = p.kp + panel;
     p.bt = (double *)(p.qt + panel);
-    p.gb = (float *)(p.bt + hd->ldc);
-    p.pl = p.gb + hd->ldc / BLK * hd->ldk;
-    p.qr = p.pl + hd->ldk;
+    p.gb = (float *)(p.bt + ldc);
+    p.pl = p.gb + ldc / BLK * ldk;
+    p.qr = p.pl + ldk;
     return p;
 }
 
@@ -318,11 +315,7 @@ static void chunk_pack_token(const la_head *h, int64_t t0, int64_t n, const pack
 static void chunk_pack_avx512(const la_head *h, int64_t t0, int64_t n, void *pack)
 {
     const int64_t dk = h->dk, ldk = up16(dk);
-    pack_header *hd = pack;
-    hd->rows = h->chunk;
-    hd->ldk = ldk;
-    hd->ldc = up16(h->chunk);
-    const pack_view p = view_of(pack);
+    const pack_view p = view_of(h, pack);
     const __m512 scale = _mm512_set1_ps(h->scale);
     if (h->gate != LA_GATE_CHANNEL) {
         chunk_pack_token(h, t0, n, &p);
@@ -531,7 +524,7 @@ static void chunk_output_avx512(const la_head *h, const void *pack, int64_t t0, 
                                 const float *s, const float *z)
 {
     const int64_t dk = h->dk, dv = h->dv;
-    const pack_view p = view_of(pack);
+    const pack_view p = view_of(h, pack);
     _Alignas(64) float a[AJ * BLK];
     _Alignas(64) float inv[BLK];
 
@@ -599,7 +592,7 @@ static void chunk_state_avx512(const la_head *h, const void *pack, int64_t t0, i
                                float *uz)
 {
     const int64_t dk = h->dk, dv = h->dv;
-    const pack_view p = view_of(pack);
+    const pack_view p = view_of(h, pack);
     /* the next chunk's rows, ceil(rows / tiles) per tile (no division per tile) */
     const int64_t parts = (dk + MR - 1) / MR * ((dv + NR - 1) / NR);
     const int64_t pend = t0 + n + min64(h->chunk, h->T - t0 - n);
@@ -625,7 +618,7 @@ static void state_combine_avx512(const la_head *h, const void *pack, int64_t n, 
                                  const float *u, const float *uz)
 {
     const int64_t dk = h->dk, dv = h->dv;
-    const pack_view p = view_of(pack);
+    const pack_view p = view_of(h, pack);
     __m512 av = _mm512_set1_ps(1.0f);
     if (h->gate == LA_GATE_TOKEN)
         av = _mm512_set1_ps(expf((float)p.bt[n - 1]));

@@ -15,8 +15,8 @@
 #include "table.h"
 #include "threads.h"
 
-/* AUTO runs sequences of at most this many tokens token by token: below it
- * the chunk machinery costs more than it saves. */
+/* AUTO runs sequences of at most this many tokens token by token (the
+ * step's kernel): below it the chunk machinery costs more than it saves. */
 enum { AUTO_RECURRENT_MAX_T = 16 };
 
 static int64_t chunk_for(const la_additive_ops *ops, const la_call *c)
@@ -276,6 +276,83 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
     return LINATTN_OK;
 }
 
+/* The recurrent forward in units of (batch, head, value-column tile), which
+ * are independent across tokens: each unit runs the table's value-tiled
+ * kernel on its columns with its own copy of the normaliser, so even one
+ * head spreads over every thread. Every column's arithmetic is the same
+ * whichever unit computes it, so results do not depend on the split. */
+typedef struct {
+    const la_additive_ops *ops;
+    const la_call *c;
+    int64_t tile, ntiles;
+    head_ws w;           /* per unit: zero state, unit-norm copies */
+    size_t kernel_bytes; /* per unit, after w */
+    unsigned char *ws;   /* per thread: w.total + kernel_bytes */
+    float *z_in, *z_out; /* per head: 2 dk floats (z, compensation) */
+} tile_job;
+
+static void run_tile(const tile_job *j, int64_t unit, int tid)
+{
+    const la_call *c = j->c;
+    const int64_t i = unit / j->ntiles, j0 = unit % j->ntiles * j->tile;
+    const int64_t nj = c->dv - j0 < j->tile ? c->dv - j0 : j->tile;
+    unsigned char *mine = j->ws + (j->w.total + j->kernel_bytes) * (size_t)tid;
+    la_head h = head_at(c, i);
+    bind(&h, c, i, mine, &j->w);
+    const size_t zi = (size_t)i * 2 * (size_t)c->dk;
+    j->ops->recurrent(&h, j0, nj, c->normalize ? j->z_in + zi : NULL,
+                      c->normalize && j0 == 0 ? j->z_out + zi : NULL, mine + j->w.total);
+}
+
+static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c, int wanted)
+{
+    const int64_t heads = c->B * c->H, dk = c->dk, dv = c->dv;
+    tile_job j = {.ops = ops, .c = c};
+    /* the table's unit width, narrowed (to whole 16-column groups) when
+     * there are fewer units than threads */
+    j.tile = ops->tile_columns(dk, dv);
+    if (heads * ((dv + j.tile - 1) / j.tile) < wanted) {
+        const int64_t per_head = (wanted + heads - 1) / heads;
+        j.tile = ((dv + per_head - 1) / per_head + 15) / 16 * 16;
+    }
+    j.tile = j.tile < dv ? j.tile : dv;
+    j.ntiles = (dv + j.tile - 1) / j.tile;
+    const int64_t units = heads * j.ntiles;
+    const int nt = la_team_size(wanted, units);
+    j.w = ws_plan(c, 0, 0, 0);
+    j.w.total -= j.w.zc, j.w.zc = 0; /* the kernel compensates z itself */
+    j.kernel_bytes = la_size_up64(ops->recurrent_bytes(c->T, dk, j.tile));
+    const size_t per_thread = la_size_add(j.w.total, j.kernel_bytes);
+    const size_t znorm = c->normalize ? la_size_floats(la_size_mul(4 * (size_t)dk, (size_t)heads)) : 0;
+    const size_t bytes = la_size_add(la_size_mul(per_thread, (size_t)nt), znorm);
+    j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
+    if (j.ws == NULL)
+        return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
+    if (c->normalize) { /* every unit starts from the same z: the caller's or 0 */
+        j.z_in = (float *)(j.ws + per_thread * (size_t)nt);
+        j.z_out = j.z_in + 2 * dk * heads;
+        memset(j.z_in, 0, (size_t)(2 * dk * heads) * sizeof(float));
+        const int64_t zs = dk * (1 + c->z_compensated);
+        if (c->s)
+            for (int64_t i = 0; i < heads; i++)
+                memcpy(j.z_in + 2 * dk * i, c->z + zs * i, (size_t)zs * sizeof(float));
+    }
+    LA_FOR_EACH_UNIT(nt, units, unit, tid, run_tile(&j, unit, tid));
+    if (c->normalize && c->s) /* the final z, with its compensation or folded in */
+        for (int64_t i = 0; i < heads; i++) {
+            const float *zo = j.z_out + 2 * dk * i;
+            float *z = c->z + dk * (1 + c->z_compensated) * i;
+            for (int64_t x = 0; x < dk; x++) {
+                if (c->z_compensated)
+                    z[x] = zo[x], z[dk + x] = zo[dk + x];
+                else
+                    z[x] = zo[x] + zo[dk + x];
+            }
+        }
+    free(j.ws);
+    return LINATTN_OK;
+}
+
 linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
 {
     const la_additive_ops *ops = kern->additive;
@@ -287,6 +364,10 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
     const size_t pack = j.chunked ? ops->pack_bytes(j.chunk, c->dk, c->dv) : 0;
     j.w = ws_plan(c, j.chunked, j.chunk, pack);
     const int wanted = la_threads_wanted(c->num_threads);
+    /* AUTO runs a handful of tokens through the step's token loop (no
+     * workspace, and bitwise a sequence of steps); RECURRENT the tiled form */
+    if (c->causal && !c->step && c->algo == LINATTN_ALGO_RECURRENT)
+        return run_recurrent(ops, c, wanted);
     if (j.chunked && heads < wanted && c->T > j.chunk)
         return run_sequence_parallel(&j, wanted);
 

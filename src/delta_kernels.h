@@ -101,7 +101,11 @@ LA_INLINE void delta_tile_tokens(const la_delta_head *h, float *s, const float *
                                  const float *f, int64_t dkp, int64_t t0, int64_t n, int nv,
                                  int64_t wl)
 {
+    /* locals, not h->...: vector stores may alias anything, so fields read
+     * through h would be reloaded after every store of the sweep */
     const int64_t dk = h->dk, dv = h->dv, fs = DELTA_FEATURES * dkp;
+    const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
+    const la_gate gate = h->gate;
     la_vf acc[LA_DELTA_NV], u[LA_DELTA_NV], out[LA_DELTA_NV];
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
 #define ST(p, x, y)                                                                               \
@@ -117,12 +121,11 @@ LA_INLINE void delta_tile_tokens(const la_delta_head *h, float *s, const float *
         const int64_t t = t0 + i;
         const float *qh = f + i * fs, *kh = qh + dkp, *a = qh + 2 * dkp;
         const float *kn = i + 1 < n ? f + (i + 1) * fs + 3 * dkp : NULL;
-        const la_vf at = vf_set1(h->gate == LA_GATE_TOKEN ? a[0] : 1.0f);
-        const la_vf bv = vf_set1(h->beta[t * h->beta_ts]);
-        const float *v = v0 + t * h->v_ts;
+        const la_vf at = vf_set1(gate == LA_GATE_TOKEN ? a[0] : 1.0f);
+        const la_vf bv = vf_set1(h->beta[t * beta_ts]);
+        const float *v = v0 + t * v_ts;
         for (int x = 0; x < nv; x++) {
-            u[x] = vf_mul(bv, vf_sub(LD(v, x), h->gate == LA_GATE_TOKEN ? vf_mul(acc[x], at)
-                                                                         : acc[x]));
+            u[x] = vf_mul(bv, vf_sub(LD(v, x), gate == LA_GATE_TOKEN ? vf_mul(acc[x], at) : acc[x]));
             acc[x] = vf_zero();
             out[x] = vf_zero();
         }
@@ -130,12 +133,12 @@ LA_INLINE void delta_tile_tokens(const la_delta_head *h, float *s, const float *
 #define SWEEP(NEXT)                                                                               \
     for (int64_t c = 0; c < dk; c++) {                                                            \
         const la_vf kv = vf_set1(kh[c]), qv = vf_set1(qh[c]);                                     \
-        const la_vf av = h->gate == LA_GATE_CHANNEL ? vf_set1(a[c]) : at;                         \
+        const la_vf av = gate == LA_GATE_CHANNEL ? vf_set1(a[c]) : at;                           \
         const la_vf nk = vf_set1(NEXT ? kn[c] : 0.0f);                                            \
         float *sr = s + c * dv;                                                                   \
         for (int x = 0; x < nv; x++) {                                                            \
             const la_vf old = LD(sr, x);                                                          \
-            const la_vf y = vf_fma(kv, u[x], h->gate == LA_GATE_NONE ? old : vf_mul(av, old));    \
+            const la_vf y = vf_fma(kv, u[x], gate == LA_GATE_NONE ? old : vf_mul(av, old));      \
             ST(sr, x, y);                                                                         \
             out[x] = vf_fma(y, qv, out[x]);                                                       \
             if (NEXT)                                                                             \
@@ -148,7 +151,7 @@ LA_INLINE void delta_tile_tokens(const la_delta_head *h, float *s, const float *
             SWEEP(0)
         }
 #undef SWEEP
-        float *o = o0 + t * h->o_ts;
+        float *o = o0 + t * o_ts;
         for (int x = 0; x < nv; x++)
             ST(o, x, out[x]);
     }
@@ -198,7 +201,12 @@ static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void
             case 6: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 6, wl); break;
             case 7: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 7, wl); break;
 #endif
-            default: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, wl); break;
+            default: /* whole tiles with a constant width: no masked accesses */
+                if (wl == LA_VW)
+                    delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, LA_VW);
+                else
+                    delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, wl);
+                break;
             }
         }
     }

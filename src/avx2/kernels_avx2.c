@@ -883,6 +883,10 @@ static void forward_noncausal_avx2(const la_head *h)
 
 LA_FTZ_CHUNK_OPS(avx2)
 
+/* The value-tiled recurrent forward, written once for every ISA. */
+#define LA_ADD_NV 8
+#include "../additive_kernels.h"
+
 static const la_additive_ops additive_avx2 = {
     .default_chunk = default_chunk_avx2,
     .pack_bytes = pack_bytes_avx2,
@@ -890,6 +894,9 @@ static const la_additive_ops additive_avx2 = {
     .chunk_output = chunk_output_avx2_ftz,
     .chunk_state = chunk_state_avx2_ftz,
     .state_combine = state_combine_avx2_ftz,
+    .tile_columns = additive_tile_columns,
+    .recurrent_bytes = additive_recurrent_bytes,
+    .recurrent = additive_recurrent,
     .token = token_avx2,
     .forward_noncausal = forward_noncausal_avx2,
 };

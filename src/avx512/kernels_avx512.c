@@ -834,6 +834,10 @@ static void forward_noncausal_avx512(const la_head *h)
 
 LA_FTZ_CHUNK_OPS(avx512)
 
+/* The value-tiled recurrent forward, written once for every ISA. */
+#define LA_ADD_NV 8
+#include "../additive_kernels.h"
+
 static const la_additive_ops additive_avx512 = {
     .default_chunk = default_chunk_avx512,
     .pack_bytes = pack_bytes_avx512,
@@ -841,6 +845,9 @@ static const la_additive_ops additive_avx512 = {
     .chunk_output = chunk_output_avx512_ftz,
     .chunk_state = chunk_state_avx512_ftz,
     .state_combine = state_combine_avx512_ftz,
+    .tile_columns = additive_tile_columns,
+    .recurrent_bytes = additive_recurrent_bytes,
+    .recurrent = additive_recurrent,
     .token = token_avx512,
     .forward_noncausal = forward_noncausal_avx512,
 };

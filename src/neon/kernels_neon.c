@@ -559,6 +559,10 @@ static void forward_noncausal_neon(const la_head *h)
     }
 }
 
+/* The value-tiled recurrent forward, written once for every ISA. */
+#define LA_ADD_NV 8
+#include "../additive_kernels.h"
+
 static const la_additive_ops additive_neon = {
     .default_chunk = default_chunk_neon,
     .pack_bytes = pack_bytes_neon,
@@ -566,6 +570,9 @@ static const la_additive_ops additive_neon = {
     .chunk_output = chunk_output_neon,
     .chunk_state = chunk_state_neon,
     .state_combine = state_combine_neon,
+    .tile_columns = additive_tile_columns,
+    .recurrent_bytes = additive_recurrent_bytes,
+    .recurrent = additive_recurrent,
     .token = token_neon,
     .forward_noncausal = forward_noncausal_neon,
 };

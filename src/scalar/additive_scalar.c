@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../table.h"
+#include "simd1.h"
 
 /* Pack layout for chunks of up to C rows (C = the chunk given to pack_bytes):
  *   qh [C][dk]  scale * phi(q)
@@ -251,6 +252,10 @@ static void forward_noncausal_scalar(const la_head *h)
     }
 }
 
+/* The value-tiled recurrent forward: the generic kernel over one lane. */
+#define LA_ADD_NV 8
+#include "../additive_kernels.h"
+
 const la_additive_ops la_additive_scalar = {
     .default_chunk = default_chunk_scalar,
     .pack_bytes = pack_bytes_scalar,
@@ -258,6 +263,9 @@ const la_additive_ops la_additive_scalar = {
     .chunk_output = chunk_output_scalar,
     .chunk_state = chunk_state_scalar,
     .state_combine = state_combine_scalar,
+    .tile_columns = additive_tile_columns,
+    .recurrent_bytes = additive_recurrent_bytes,
+    .recurrent = additive_recurrent,
     .token = token_scalar,
     .forward_noncausal = forward_noncausal_scalar,
 };

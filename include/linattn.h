@@ -112,6 +112,10 @@ typedef struct {
     linattn_head_map head_map; /* GROUPED */
     int qk_l2norm;             /* 0; 1: q and k scaled to unit L2 norm after phi */
     linattn_strides beta;      /* delta rule only; init: contiguous [B][H][T] */
+    /* 0; 1: z is [B][H][2][dk], the normaliser and the rounding error its
+     * float sum has not absorbed (zero it with z), carried across calls so
+     * that a long run of linattn_step calls keeps z accurate. */
+    int z_compensated;
 } linattn_config;
 
 /* Defaults as commented above; all strides contiguous. */

@@ -91,11 +91,21 @@ typedef struct la_additive_ops {
     void (*state_combine)(const la_head *h, const void *pack, int64_t n, float *s, float *z,
                           const float *u, const float *uz);
 
+    /* The recurrent forward on a unit of value columns: all T tokens of h
+     * on columns [j0, j0 + nj) of S and o (additive_kernels.h). The units of
+     * a head run independently: each advances its own copy of the
+     * normaliser from z_in (dk floats, then dk of compensation; NULL when
+     * not normalising) and, when z_out is not NULL, writes the final one
+     * there in the same layout. ws: recurrent_bytes(T, dk, nj), 64-byte
+     * aligned. tile_columns is the unit width the table works best with. */
+    int64_t (*tile_columns)(int64_t dk, int64_t dv);
+    size_t (*recurrent_bytes)(int64_t T, int64_t dk, int64_t nj);
+    void (*recurrent)(const la_head *h, int64_t j0, int64_t nj, const float *z_in, float *z_out,
+                      void *ws);
     /* One token of the causal recurrence, any gate: decay, update and read
      * out h->s (and h->z) in a single pass, writing o (dv floats). g is the
      * token's gate (NULL for NONE; one float for TOKEN, dk for CHANNEL).
-     * The driver's token loop calls it for the recurrent forward and for
-     * linattn_step. Never allocates. */
+     * linattn_step's token loop. Never allocates. */
     void (*token)(const la_head *h, const float *q, const float *k, const float *v,
                   const float *g, float *o);
     /* Whole head, gate NONE: S = S_in + Kh^T V, z = z_in + sum kh, every

@@ -15,8 +15,8 @@
 #include "table.h"
 #include "threads.h"
 
-/* AUTO runs sequences of at most this many tokens token by token: below it
- * the chunk machinery costs more than it saves. */
+/* AUTO runs sequences of at most this many tokens token by token (the
+ * step's kernel): below it the chunk machinery costs more than it saves. */
 enum { AUTO_RECURRENT_MAX_T = 16 };
 
 static int64_t chunk_for(const la_additive_ops *ops, const la_call *c)
@@ -71,7 +71,9 @@ static head_ws ws_plan(const la_call *c, int chunked, int64_t chunk, size_t pack
     const size_t dk = (size_t)c->dk, T = (size_t)c->T;
     const size_t state = la_size_floats(c->head_state_elems);
     w.zero = c->s ? 0 : state;
-    w.zc = !chunked && c->z && c->T > 1 ? la_size_floats(dk) : 0;
+    /* the recurrent forward compensates z within the call even when the
+     * caller keeps no compensation */
+    w.zc = !chunked && c->normalize && !c->z_compensated && c->T > 1 ? la_size_floats(dk) : 0;
     w.norm = c->qk_l2norm ? la_size_floats(la_size_mul(2 * dk, T)) : 0;
     w.chunk_state = chunked ? state : 0;
     w.pack = chunked ? la_size_up64(pack_bytes) : 0;
@@ -109,12 +111,14 @@ static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, con
     const size_t elems = c->head_state_elems;
     if (c->s) {
         h->s = c->s + (size_t)i * (size_t)(c->dk * c->dv);
-        h->z = c->z ? c->z + i * c->dk : NULL;
+        h->z = c->z ? c->z + i * c->dk * (1 + c->z_compensated) : NULL;
     } else {
         memset(ws, 0, elems * sizeof(float));
         h->s = (float *)ws;
         h->z = c->normalize ? h->s + c->dk * c->dv : NULL;
     }
+    if (c->z_compensated)
+        h->zc = h->z + c->dk; /* the caller's compensation, carried across calls */
     ws += w->zero;
     if (w->zc) {
         memset(ws, 0, (size_t)c->dk * sizeof(float));
@@ -128,6 +132,19 @@ static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, con
         h->q = nq, h->k = nk, h->q_ts = h->k_ts = h->dk;
         h->phi = LINATTN_PHI_IDENTITY;
     }
+}
+
+/* The chunk ops keep no compensation: fold the caller's into z first (the
+ * chunked sums round once per chunk, not per token). */
+static void fold_compensation(la_head *h)
+{
+    if (h->zc == NULL)
+        return;
+    for (int64_t c = 0; c < h->dk; c++) {
+        h->z[c] += h->zc[c];
+        h->zc[c] = 0.0f;
+    }
+    h->zc = NULL;
 }
 
 /* The token loop of the recurrent forward and of a step. */
@@ -159,12 +176,19 @@ typedef struct {
     unsigned char *ws; /* w.total bytes per thread */
 } head_job;
 
+/* A step's workspace (unit-norm q and k with qk_l2norm) is on the stack
+ * when it fits: decode calls never allocate. */
+enum { STEP_STACK_BYTES = 8192 };
+
 static void run_head(const head_job *j, int64_t i, int tid)
 {
-    unsigned char *mine = j->ws ? j->ws + j->w.total * (size_t)tid : NULL;
+    _Alignas(64) unsigned char stack[STEP_STACK_BYTES];
+    unsigned char *mine = j->ws ? j->ws + j->w.total * (size_t)tid : j->w.total ? stack : NULL;
     la_head h = head_at(j->c, i);
     h.chunk = j->chunk;
     bind(&h, j->c, i, mine, &j->w);
+    if (!j->c->causal || j->chunked)
+        fold_compensation(&h);
     if (!j->c->causal)
         j->ops->forward_noncausal(&h);
     else if (j->chunked)
@@ -209,6 +233,7 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
         la_head h = head_at(c, i);
         h.chunk = chunk;
         bind(&h, c, i, ws, &hw);
+        fold_compensation(&h);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
 #endif
@@ -251,6 +276,83 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
     return LINATTN_OK;
 }
 
+/* The recurrent forward in units of (batch, head, value-column tile), which
+ * are independent across tokens: each unit runs the table's value-tiled
+ * kernel on its columns with its own copy of the normaliser, so even one
+ * head spreads over every thread. Every column's arithmetic is the same
+ * whichever unit computes it, so results do not depend on the split. */
+typedef struct {
+    const la_additive_ops *ops;
+    const la_call *c;
+    int64_t tile, ntiles;
+    head_ws w;           /* per unit: zero state, unit-norm copies */
+    size_t kernel_bytes; /* per unit, after w */
+    unsigned char *ws;   /* per thread: w.total + kernel_bytes */
+    float *z_in, *z_out; /* per head: 2 dk floats (z, compensation) */
+} tile_job;
+
+static void run_tile(const tile_job *j, int64_t unit, int tid)
+{
+    const la_call *c = j->c;
+    const int64_t i = unit / j->ntiles, j0 = unit % j->ntiles * j->tile;
+    const int64_t nj = c->dv - j0 < j->tile ? c->dv - j0 : j->tile;
+    unsigned char *mine = j->ws + (j->w.total + j->kernel_bytes) * (size_t)tid;
+    la_head h = head_at(c, i);
+    bind(&h, c, i, mine, &j->w);
+    const size_t zi = (size_t)i * 2 * (size_t)c->dk;
+    j->ops->recurrent(&h, j0, nj, c->normalize ? j->z_in + zi : NULL,
+                      c->normalize && j0 == 0 ? j->z_out + zi : NULL, mine + j->w.total);
+}
+
+static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c, int wanted)
+{
+    const int64_t heads = c->B * c->H, dk = c->dk, dv = c->dv;
+    tile_job j = {.ops = ops, .c = c};
+    /* the table's unit width, narrowed (to whole 16-column groups) when
+     * there are fewer units than threads */
+    j.tile = ops->tile_columns(dk, dv);
+    if (heads * ((dv + j.tile - 1) / j.tile) < wanted) {
+        const int64_t per_head = (wanted + heads - 1) / heads;
+        j.tile = ((dv + per_head - 1) / per_head + 15) / 16 * 16;
+    }
+    j.tile = j.tile < dv ? j.tile : dv;
+    j.ntiles = (dv + j.tile - 1) / j.tile;
+    const int64_t units = heads * j.ntiles;
+    const int nt = la_team_size(wanted, units);
+    j.w = ws_plan(c, 0, 0, 0);
+    j.w.total -= j.w.zc, j.w.zc = 0; /* the kernel compensates z itself */
+    j.kernel_bytes = la_size_up64(ops->recurrent_bytes(c->T, dk, j.tile));
+    const size_t per_thread = la_size_add(j.w.total, j.kernel_bytes);
+    const size_t znorm = c->normalize ? la_size_floats(la_size_mul(4 * (size_t)dk, (size_t)heads)) : 0;
+    const size_t bytes = la_size_add(la_size_mul(per_thread, (size_t)nt), znorm);
+    j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
+    if (j.ws == NULL)
+        return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
+    if (c->normalize) { /* every unit starts from the same z: the caller's or 0 */
+        j.z_in = (float *)(j.ws + per_thread * (size_t)nt);
+        j.z_out = j.z_in + 2 * dk * heads;
+        memset(j.z_in, 0, (size_t)(2 * dk * heads) * sizeof(float));
+        const int64_t zs = dk * (1 + c->z_compensated);
+        if (c->s)
+            for (int64_t i = 0; i < heads; i++)
+                memcpy(j.z_in + 2 * dk * i, c->z + zs * i, (size_t)zs * sizeof(float));
+    }
+    LA_FOR_EACH_UNIT(nt, units, unit, tid, run_tile(&j, unit, tid));
+    if (c->normalize && c->s) /* the final z, with its compensation or folded in */
+        for (int64_t i = 0; i < heads; i++) {
+            const float *zo = j.z_out + 2 * dk * i;
+            float *z = c->z + dk * (1 + c->z_compensated) * i;
+            for (int64_t x = 0; x < dk; x++) {
+                if (c->z_compensated)
+                    z[x] = zo[x], z[dk + x] = zo[dk + x];
+                else
+                    z[x] = zo[x] + zo[dk + x];
+            }
+        }
+    free(j.ws);
+    return LINATTN_OK;
+}
+
 linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
 {
     const la_additive_ops *ops = kern->additive;
@@ -262,11 +364,15 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
     const size_t pack = j.chunked ? ops->pack_bytes(j.chunk, c->dk, c->dv) : 0;
     j.w = ws_plan(c, j.chunked, j.chunk, pack);
     const int wanted = la_threads_wanted(c->num_threads);
+    /* AUTO runs a handful of tokens through the step's token loop (no
+     * workspace, and bitwise a sequence of steps); RECURRENT the tiled form */
+    if (c->causal && !c->step && c->algo == LINATTN_ALGO_RECURRENT)
+        return run_recurrent(ops, c, wanted);
     if (j.chunked && heads < wanted && c->T > j.chunk)
         return run_sequence_parallel(&j, wanted);
 
     const int nt = la_team_size(wanted, heads);
-    if (j.w.total) {
+    if (j.w.total && !(c->step && j.w.total <= STEP_STACK_BYTES)) {
         const size_t bytes = la_size_mul(j.w.total, (size_t)nt);
         j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
         if (j.ws == NULL)

@@ -23,6 +23,7 @@ typedef struct la_call {
     linattn_phi phi;
     la_gate gate; /* HEAD arrives as TOKEN with sg.token = 0 */
     int causal, normalize, qk_l2norm;
+    int z_compensated; /* z is [B][H][2][dk]: sum, then its compensation */
     float eps, scale;
     linattn_algo algo;
     int64_t chunk;   /* 0: the table's choice */
@@ -30,7 +31,7 @@ typedef struct la_call {
     /* Element sizes in bytes of the inputs, outputs and state (float today;
      * a dtype field would set them and every range follows). */
     size_t in_size, out_size, state_size;
-    size_t head_state_elems; /* dk*dv (+ dk when normalising): fits, times B*H */
+    size_t head_state_elems; /* dk*dv (+ dk, or 2 dk compensated, when normalising) */
     const float *q, *k, *v, *g, *beta;
     float *o, *s, *z; /* z NULL unless normalising */
     linattn_strides sq, sk, sv, so, sg, sbeta;

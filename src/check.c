@@ -90,7 +90,9 @@ static int self_overlaps(const layout *l)
 
 static linattn_status read_config(linattn_config *out, const linattn_config *cfg)
 {
-    if (cfg->struct_size < CONFIG_V1_SIZE || cfg->struct_size > sizeof *cfg)
+    /* Only the sizes of released layouts: a size between them would cut a
+     * field in two. */
+    if (cfg->struct_size != CONFIG_V1_SIZE && cfg->struct_size != sizeof *cfg)
         return la_fail(LINATTN_E_ARG,
                        "cfg->struct_size = %zu: expected %zu (or %zu for a 0.1 caller); "
                        "initialise the config with linattn_config_init",
@@ -131,6 +133,9 @@ static linattn_status check_scalars(const linattn_config *cfg, la_family family,
         return la_fail(LINATTN_E_ARG, "cfg->causal = %d: must be 0 or 1", cfg->causal);
     if (cfg->normalize != 0 && cfg->normalize != 1)
         return la_fail(LINATTN_E_ARG, "cfg->normalize = %d: must be 0 or 1", cfg->normalize);
+    if (cfg->z_compensated != 0 && cfg->z_compensated != 1)
+        return la_fail(LINATTN_E_ARG, "cfg->z_compensated = %d: must be 0 or 1",
+                       cfg->z_compensated);
     if (cfg->qk_l2norm != 0 && cfg->qk_l2norm != 1)
         return la_fail(LINATTN_E_ARG, "cfg->qk_l2norm = %d: must be 0 or 1", cfg->qk_l2norm);
     if (!(cfg->eps >= 0.0f) || !isfinite(cfg->eps))
@@ -150,7 +155,7 @@ static linattn_status check_scalars(const linattn_config *cfg, la_family family,
     if (family == LA_FAMILY_DELTA && cfg->normalize)
         return la_fail(LINATTN_E_ARG,
                        "cfg->normalize = 1: the delta rule has no normaliser; set it to 0");
-    if (family == LA_FAMILY_DELTA && !cfg->causal)
+    if (family == LA_FAMILY_DELTA && !step && !cfg->causal)
         return la_fail(LINATTN_E_ARG, "cfg->causal = 0: the delta rule is causal only");
     if (!step && !cfg->causal && cfg->gate != LINATTN_GATE_NONE)
         return la_fail(LINATTN_E_ARG, "cfg->causal = 0 with a gate: gates need causal = 1");
@@ -304,9 +309,10 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
         .gate = !gated                             ? LA_GATE_NONE
                 : cfg->gate == LINATTN_GATE_CHANNEL ? LA_GATE_CHANNEL
                                                     : LA_GATE_TOKEN,
-        .causal = cfg->causal,
+        .causal = step ? 1 : cfg->causal, /* one token: causal by definition */
         .normalize = cfg->normalize,
         .qk_l2norm = cfg->qk_l2norm,
+        .z_compensated = family == LA_FAMILY_ADDITIVE && cfg->normalize && cfg->z_compensated,
         .eps = cfg->eps,
         .scale = cfg->scale,
         .algo = cfg->algo,
@@ -357,7 +363,10 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
      * drivers also allocate per head when s is NULL, and every array. */
     int64_t head_elems, all_elems, z_elems;
     if (__builtin_mul_overflow(c->dk, c->dv, &head_elems) ||
-        __builtin_add_overflow(head_elems, c->normalize && family == LA_FAMILY_ADDITIVE ? c->dk : 0,
+        __builtin_add_overflow(head_elems,
+                               c->normalize && family == LA_FAMILY_ADDITIVE
+                                   ? c->dk * (1 + c->z_compensated)
+                                   : 0,
                                &head_elems) ||
         __builtin_mul_overflow(head_elems, c->B, &all_elems) ||
         __builtin_mul_overflow(all_elems, c->H, &all_elems) ||
@@ -368,7 +377,7 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
                        "large to address",
                        (long long)c->B, (long long)c->H, (long long)c->dk, (long long)c->dv);
     c->head_state_elems = (size_t)head_elems;
-    z_elems = c->B * c->H * c->dk; /* <= all_elems: no overflow */
+    z_elems = c->B * c->H * c->dk * (1 + c->z_compensated); /* <= all_elems */
 
     const layout lq = feature_layout(c, &c->sq, c->qk_heads, c->dk),
                  lk = feature_layout(c, &c->sk, c->qk_heads, c->dk),

@@ -53,9 +53,9 @@ typedef struct la_delta_head {
 typedef struct la_delta_ops {
     /* Value columns per unit of work (the driver's tile width). */
     int64_t (*tile_columns)(int64_t dk, int64_t dv);
-    /* Workspace bytes of one recurrent / chunked call on a tile of nj
-     * columns (saturating arithmetic; SIZE_MAX: too big). */
-    size_t (*recurrent_bytes)(int64_t dk, int64_t nj);
+    /* Workspace bytes of one recurrent call of T tokens / one chunked call
+     * on a tile of nj columns (saturating arithmetic; SIZE_MAX: too big). */
+    size_t (*recurrent_bytes)(int64_t T, int64_t dk, int64_t nj);
     size_t (*chunked_bytes)(int64_t chunk, int64_t dk, int64_t nj);
     /* All T tokens of h on columns [j0, j0 + nj) of S and o; ws is 64-byte
      * aligned, of the size above. */

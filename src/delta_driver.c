@@ -78,7 +78,15 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
 {
     const la_delta_ops *ops = kern->delta;
     delta_job j = {.ops = ops, .c = c};
+    const int wanted = la_threads_wanted(c->num_threads);
+    const int64_t heads = c->B * c->H;
+    /* the table's unit width, narrowed (to whole 16-column groups) when
+     * there are fewer units than threads */
     j.tile = ops->tile_columns(c->dk, c->dv);
+    if (heads * ((c->dv + j.tile - 1) / j.tile) < wanted) {
+        const int64_t per_head = (wanted + heads - 1) / heads;
+        j.tile = ((c->dv + per_head - 1) / per_head + 15) / 16 * 16;
+    }
     if (j.tile > c->dv)
         j.tile = c->dv;
     j.ntiles = (c->dv + j.tile - 1) / j.tile;
@@ -92,11 +100,11 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
     }
     j.zero_bytes = c->s ? 0 : la_size_floats(c->head_state_elems);
     j.kernel_bytes = la_size_up64(j.chunked ? ops->chunked_bytes(j.chunk, c->dk, j.tile)
-                                            : ops->recurrent_bytes(c->dk, j.tile));
+                                            : ops->recurrent_bytes(c->T, c->dk, j.tile));
     j.per_thread = la_size_add(j.zero_bytes, j.kernel_bytes);
 
-    const int64_t units = c->B * c->H * j.ntiles;
-    const int nt = la_team_size(la_threads_wanted(c->num_threads), units);
+    const int64_t units = heads * j.ntiles;
+    const int nt = la_team_size(wanted, units);
     if (!(c->step && j.per_thread <= STEP_STACK_BYTES)) {
         const size_t bytes = la_size_mul(j.per_thread, (size_t)nt);
         j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);

@@ -57,7 +57,7 @@ void problem_free(problem *p);
 linattn_status problem_forward(problem *p);
 
 /* Max error of o and the final state against the oracle, as a fraction of
- * the SPEC 4 bound (<= 1 passes). Prints the case when it fails. */
+ * tolerance.h bound (<= 1 passes). Prints the case when it fails. */
 double problem_error(const problem *p);
 /* Max |a - b| / max(1, max |b|) over o of two problems of the same spec. */
 double problem_distance(const problem *a, const problem *b);

@@ -1,5 +1,5 @@
-/* A double-precision oracle of SPEC section 1, written from the maths and not
- * from the kernels: the plain recurrence S_t = L_t S_{t-1} + kh_t v_t^T,
+/* A double-precision oracle of the additive family (docs/maths.md), written
+ * from the maths and not from the kernels: the plain recurrence S_t = L_t S_{t-1} + kh_t v_t^T,
  * token by token (or the plain sums for non-causal), every operation in
  * double, inputs addressed through the config's strides. */
 #ifndef LA_TEST_ORACLE_H

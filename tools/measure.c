@@ -44,14 +44,16 @@ int64_t bench_state_floats(bench_family f, bench_shape s, int normalize)
     return s.B * s.H * (s.dk * s.dv + z);
 }
 
-/* The additive chunked forward spreads the chunks of a head over threads
- * when there are fewer heads than threads; the other kernels parallelise
- * over heads; the quadratic baseline is single-threaded C. */
+/* With fewer heads than threads, the additive chunked forward spreads the
+ * chunks of a head over the threads, and the additive recurrent forward and
+ * every delta-rule kernel split the value columns of a head; the additive
+ * step and the non-causal forward parallelise over heads only; the
+ * quadratic baseline is single-threaded C. */
 int bench_threads_used(bench_family f, bench_kernel k, bench_shape s, int threads)
 {
     if (k == K_QUADRATIC)
         return 1;
-    if (f == FAM_ADDITIVE && k == K_CHUNKED)
+    if (f == FAM_DELTA || k == K_CHUNKED || k == K_RECURRENT)
         return threads;
     return s.B * s.H < threads ? (int)(s.B * s.H) : threads;
 }

@@ -26,8 +26,8 @@
 
 #include "../ftz_x86.h"
 #include "../table.h"
+#include "simd256.h"
 
-#define LA_INLINE static inline __attribute__((always_inline))
 
 enum {
     MR4 = 4,  /* rows of the noncausal register tile */
@@ -40,85 +40,6 @@ enum {
     CB = 32   /* channels whose phi/decay the step computes at once */
 };
 
-/* ---- small helpers ---------------------------------------------------- */
-
-/* Lanes l < w (w clamped to 0..8). */
-LA_INLINE __m256i lane_mask(int64_t w)
-{
-    const int n = w < 0 ? 0 : w > 8 ? 8 : (int)w;
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-LA_INLINE __m256i lane_mask64(int64_t w)
-{
-    const int64_t n = w < 0 ? 0 : w > 4 ? 4 : w;
-    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
-}
-
-/* w >= 8: a plain unaligned access; else only the first w lanes are touched. */
-LA_INLINE __m256 load8(const float *p, int64_t w)
-{
-    return w >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lane_mask(w));
-}
-
-LA_INLINE void store8(float *p, __m256 x, int64_t w)
-{
-    if (w >= 8)
-        _mm256_storeu_ps(p, x);
-    else
-        _mm256_maskstore_ps(p, lane_mask(w), x);
-}
-
-/* 8 doubles (w valid, the rest read as 0) minus 8 doubles, as floats. */
-LA_INLINE __m256 ddiff8(const double *x, const double *y, int64_t w)
-{
-    __m256d x0, x1, y0, y1;
-    if (w >= 8) {
-        x0 = _mm256_loadu_pd(x), x1 = _mm256_loadu_pd(x + 4);
-        y0 = _mm256_loadu_pd(y), y1 = _mm256_loadu_pd(y + 4);
-    } else {
-        const __m256i m0 = lane_mask64(w), m1 = lane_mask64(w - 4);
-        x0 = _mm256_maskload_pd(x, m0), x1 = _mm256_maskload_pd(x + 4, m1);
-        y0 = _mm256_maskload_pd(y, m0), y1 = _mm256_maskload_pd(y + 4, m1);
-    }
-    return _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(x1, y1)),
-                           _mm256_cvtpd_ps(_mm256_sub_pd(x0, y0)));
-}
-
-/* e^x for a decay exponent. x <= 0 up to rounding; the clamp keeps a
- * masked-out or rounded lane from overflowing. Exactly 0 below
- * LA_EXP_ZERO_BELOW (no subnormals); NaN stays NaN. */
-LA_INLINE __m256 decay8(__m256 x)
-{
-    const __m256 e = Sleef_expf8_u10avx2(_mm256_min_ps(x, _mm256_setzero_ps()));
-    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(LA_EXP_ZERO_BELOW), _CMP_LT_OQ), e);
-}
-
-LA_INLINE float hsum8(__m256 x)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* phi, then lanes >= w zeroed (phi(0) = 1 for ELU1). NaN propagates: min and
- * max return their second operand, x, when it is NaN. */
-LA_INLINE __m256 phi8(linattn_phi phi, __m256 x, int64_t w)
-{
-    const __m256 zero = _mm256_setzero_ps();
-    __m256 y = x;
-    if (phi == LINATTN_PHI_ELU1) {
-        /* exp of min(0, x): large positive x must not overflow the unused branch. */
-        const __m256 e = Sleef_expf8_u10avx2(_mm256_min_ps(zero, x));
-        y = _mm256_blendv_ps(e, _mm256_add_ps(x, _mm256_set1_ps(1.0f)),
-                             _mm256_cmp_ps(x, zero, _CMP_GT_OQ));
-    } else if (phi == LINATTN_PHI_RELU) {
-        y = _mm256_max_ps(zero, x);
-    }
-    return w >= 8 ? y : _mm256_and_ps(y, _mm256_castsi256_ps(lane_mask(w)));
-}
-
 static float dot_avx2(const float *x, const float *y, int64_t n)
 {
     __m256 acc = _mm256_setzero_ps();
@@ -127,113 +48,76 @@ static float dot_avx2(const float *x, const float *y, int64_t n)
     return hsum8(acc);
 }
 
-/* ---- the 4x16 micro-kernel (noncausal, 4-row remainders) --------------- */
+/* ---- the ROWSx16 micro-kernels ------------------------------------------ */
 
-/* acc[2r+h] += sum_{k<K} a[r][k*as] * b[k*bs + 8h + lane]. full: all 16
- * columns of b are in bounds, else m0/m1 mask its loads (a fully masked
- * load touches no memory). */
-LA_INLINE void mk_4x16(__m256 acc[8], int64_t K, const float *const a[MR4], int64_t as,
-                       const float *b, int64_t bs, int full, __m256i m0, __m256i m1)
-{
-    /* Named locals, not acc[]: GCC otherwise keeps the array in memory and
-     * stores it on every step. */
-    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3];
-    __m256 c00 = acc[0], c01 = acc[1], c10 = acc[2], c11 = acc[3];
-    __m256 c20 = acc[4], c21 = acc[5], c30 = acc[6], c31 = acc[7];
-    for (int64_t k = 0; k < K; k++) {
-        const __m256 b0 = full ? _mm256_loadu_ps(b) : _mm256_maskload_ps(b, m0);
-        const __m256 b1 = full ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, m1);
-        __m256 x = _mm256_broadcast_ss(a0);
-        c00 = _mm256_fmadd_ps(x, b0, c00);
-        c01 = _mm256_fmadd_ps(x, b1, c01);
-        x = _mm256_broadcast_ss(a1);
-        c10 = _mm256_fmadd_ps(x, b0, c10);
-        c11 = _mm256_fmadd_ps(x, b1, c11);
-        x = _mm256_broadcast_ss(a2);
-        c20 = _mm256_fmadd_ps(x, b0, c20);
-        c21 = _mm256_fmadd_ps(x, b1, c21);
-        x = _mm256_broadcast_ss(a3);
-        c30 = _mm256_fmadd_ps(x, b0, c30);
-        c31 = _mm256_fmadd_ps(x, b1, c31);
-        a0 += as, a1 += as, a2 += as, a3 += as;
-        b += bs;
+/* One definition per tile shape, instantiated for 4 rows (noncausal, 4-row
+ * remainders) and 6 rows (chunked: 12 accumulators + 2 B vectors + 1
+ * broadcast = 15 ymm, the BLIS Haswell shape; per step 2 loads + 6
+ * broadcasts feed 12 FMAs, 6 cycles on 2 pipes):
+ *   mk_<R>x16:    acc[2r+h] += sum_{k<K} a[r][k*as] * b[k*bs + 8h + lane]
+ *   tile<R>_zero, tile<R>_load (acc from rows at column d0),
+ *   tile<R>_store (rows r < rows only: the others are clamped duplicates).
+ * full: all 16 columns of b (and of the rows) are in bounds, else m0/m1
+ * mask the accesses (a fully masked load touches no memory). Loops have
+ * constant trip counts and are unrolled, so the accumulators are registers
+ * (a loop over a runtime count would keep acc[] in memory and store it on
+ * every step). */
+#define LA_AVX2_TILE(R)                                                                           \
+    LA_INLINE void mk_##R##x16(__m256 acc[2 * R], int64_t K, const float *const a[R], int64_t as, \
+                               const float *b, int64_t bs, int full, __m256i m0, __m256i m1)      \
+    {                                                                                             \
+        const float *ap[R];                                                                       \
+        __m256 c[2 * R];                                                                          \
+        _Pragma("GCC unroll 12") for (int i = 0; i < 2 * R; i++) c[i] = acc[i];                  \
+        _Pragma("GCC unroll 6") for (int r = 0; r < R; r++) ap[r] = a[r];                        \
+        for (int64_t k = 0; k < K; k++) {                                                         \
+            const __m256 b0 = full ? _mm256_loadu_ps(b) : _mm256_maskload_ps(b, m0);             \
+            const __m256 b1 = full ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, m1);     \
+            _Pragma("GCC unroll 6") for (int r = 0; r < R; r++)                                   \
+            {                                                                                     \
+                const __m256 x = _mm256_broadcast_ss(ap[r]);                                      \
+                c[2 * r] = _mm256_fmadd_ps(x, b0, c[2 * r]);                                      \
+                c[2 * r + 1] = _mm256_fmadd_ps(x, b1, c[2 * r + 1]);                              \
+                ap[r] += as;                                                                      \
+            }                                                                                     \
+            b += bs;                                                                              \
+        }                                                                                         \
+        _Pragma("GCC unroll 12") for (int i = 0; i < 2 * R; i++) acc[i] = c[i];                  \
+    }                                                                                             \
+    LA_INLINE void tile##R##_zero(__m256 acc[2 * R])                                              \
+    {                                                                                             \
+        _Pragma("GCC unroll 12") for (int i = 0; i < 2 * R; i++) acc[i] = _mm256_setzero_ps();   \
+    }                                                                                             \
+    LA_INLINE void tile##R##_load(__m256 acc[2 * R], float *const row[R], int64_t d0, int full,   \
+                                  __m256i m0, __m256i m1)                                         \
+    {                                                                                             \
+        _Pragma("GCC unroll 6") for (int r = 0; r < R; r++)                                       \
+        {                                                                                         \
+            acc[2 * r] = full ? _mm256_loadu_ps(row[r] + d0)                                      \
+                              : _mm256_maskload_ps(row[r] + d0, m0);                              \
+            acc[2 * r + 1] = full ? _mm256_loadu_ps(row[r] + d0 + 8)                              \
+                                  : _mm256_maskload_ps(row[r] + d0 + 8, m1);                      \
+        }                                                                                         \
+    }                                                                                             \
+    LA_INLINE void tile##R##_store(float *const row[R], int rows, int64_t d0,                     \
+                                   const __m256 acc[2 * R], int full, __m256i m0, __m256i m1)     \
+    {                                                                                             \
+        _Pragma("GCC unroll 6") for (int r = 0; r < R; r++)                                       \
+        {                                                                                         \
+            if (r >= rows)                                                                        \
+                break;                                                                            \
+            if (full) {                                                                           \
+                _mm256_storeu_ps(row[r] + d0, acc[2 * r]);                                        \
+                _mm256_storeu_ps(row[r] + d0 + 8, acc[2 * r + 1]);                                \
+            } else {                                                                              \
+                _mm256_maskstore_ps(row[r] + d0, m0, acc[2 * r]);                                 \
+                _mm256_maskstore_ps(row[r] + d0 + 8, m1, acc[2 * r + 1]);                         \
+            }                                                                                     \
+        }                                                                                         \
     }
-    acc[0] = c00, acc[1] = c01, acc[2] = c10, acc[3] = c11;
-    acc[4] = c20, acc[5] = c21, acc[6] = c30, acc[7] = c31;
-}
 
-LA_INLINE void tile4_zero(__m256 acc[8])
-{
-    for (int i = 0; i < 8; i++)
-        acc[i] = _mm256_setzero_ps();
-}
-
-LA_INLINE void tile4_load(__m256 acc[8], float *const row[MR4], int64_t d0, int full, __m256i m0,
-                         __m256i m1)
-{
-    for (int r = 0; r < MR4; r++) {
-        acc[2 * r] = full ? _mm256_loadu_ps(row[r] + d0) : _mm256_maskload_ps(row[r] + d0, m0);
-        acc[2 * r + 1] =
-            full ? _mm256_loadu_ps(row[r] + d0 + 8) : _mm256_maskload_ps(row[r] + d0 + 8, m1);
-    }
-}
-
-/* Rows r < rows only: the others are clamped duplicates. */
-LA_INLINE void tile4_store(float *const row[MR4], int rows, int64_t d0, const __m256 acc[8], int full,
-                          __m256i m0, __m256i m1)
-{
-    for (int r = 0; r < rows; r++) {
-        if (full) {
-            _mm256_storeu_ps(row[r] + d0, acc[2 * r]);
-            _mm256_storeu_ps(row[r] + d0 + 8, acc[2 * r + 1]);
-        } else {
-            _mm256_maskstore_ps(row[r] + d0, m0, acc[2 * r]);
-            _mm256_maskstore_ps(row[r] + d0 + 8, m1, acc[2 * r + 1]);
-        }
-    }
-}
-
-
-/* ---- the 6x16 micro-kernel (chunked) ------------------------------------ */
-
-/* acc[2r+h] += sum_{k<K} a[r][k*as] * b[k*bs + 8h + lane], r < 6: 12
- * accumulators + 2 B vectors + 1 broadcast = 15 ymm, the BLIS Haswell shape.
- * Per step 2 loads + 6 broadcasts feed 12 FMAs (6 cycles on 2 pipes). */
-LA_INLINE void mk_6x16(__m256 acc[12], int64_t K, const float *const a[MR], int64_t as,
-                       const float *b, int64_t bs, int full, __m256i m0, __m256i m1)
-{
-    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
-    __m256 c00 = acc[0], c01 = acc[1], c10 = acc[2], c11 = acc[3];
-    __m256 c20 = acc[4], c21 = acc[5], c30 = acc[6], c31 = acc[7];
-    __m256 c40 = acc[8], c41 = acc[9], c50 = acc[10], c51 = acc[11];
-    for (int64_t k = 0; k < K; k++) {
-        const __m256 b0 = full ? _mm256_loadu_ps(b) : _mm256_maskload_ps(b, m0);
-        const __m256 b1 = full ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, m1);
-        __m256 x = _mm256_broadcast_ss(a0);
-        c00 = _mm256_fmadd_ps(x, b0, c00);
-        c01 = _mm256_fmadd_ps(x, b1, c01);
-        x = _mm256_broadcast_ss(a1);
-        c10 = _mm256_fmadd_ps(x, b0, c10);
-        c11 = _mm256_fmadd_ps(x, b1, c11);
-        x = _mm256_broadcast_ss(a2);
-        c20 = _mm256_fmadd_ps(x, b0, c20);
-        c21 = _mm256_fmadd_ps(x, b1, c21);
-        x = _mm256_broadcast_ss(a3);
-        c30 = _mm256_fmadd_ps(x, b0, c30);
-        c31 = _mm256_fmadd_ps(x, b1, c31);
-        x = _mm256_broadcast_ss(a4);
-        c40 = _mm256_fmadd_ps(x, b0, c40);
-        c41 = _mm256_fmadd_ps(x, b1, c41);
-        x = _mm256_broadcast_ss(a5);
-        c50 = _mm256_fmadd_ps(x, b0, c50);
-        c51 = _mm256_fmadd_ps(x, b1, c51);
-        a0 += as, a1 += as, a2 += as, a3 += as, a4 += as, a5 += as;
-        b += bs;
-    }
-    acc[0] = c00, acc[1] = c01, acc[2] = c10, acc[3] = c11;
-    acc[4] = c20, acc[5] = c21, acc[6] = c30, acc[7] = c31;
-    acc[8] = c40, acc[9] = c41, acc[10] = c50, acc[11] = c51;
-}
+LA_AVX2_TILE(4)
+LA_AVX2_TILE(6)
 
 /* The 6x8 half tile for the last 8 score columns of a strip: only 6
  * accumulators (latency-bound), but half the work of a 6x16 tile there. */
@@ -255,44 +139,6 @@ LA_INLINE void mk_6x8(__m256 acc[12], int64_t K, const float *const a[MR], const
     acc[0] = c0, acc[2] = c1, acc[4] = c2, acc[6] = c3, acc[8] = c4, acc[10] = c5;
 }
 
-LA_INLINE void tile_zero(__m256 acc[2 * MR])
-{
-#pragma GCC unroll 12
-    for (int i = 0; i < 2 * MR; i++)
-        acc[i] = _mm256_setzero_ps();
-}
-
-LA_INLINE void tile_load(__m256 acc[2 * MR], float *const row[MR], int64_t d0, int full,
-                         __m256i m0, __m256i m1)
-{
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) {
-        acc[2 * r] = full ? _mm256_loadu_ps(row[r] + d0) : _mm256_maskload_ps(row[r] + d0, m0);
-        acc[2 * r + 1] =
-            full ? _mm256_loadu_ps(row[r] + d0 + 8) : _mm256_maskload_ps(row[r] + d0 + 8, m1);
-    }
-}
-
-/* Rows r < rows only: the others are clamped duplicates. Constant trip
- * count and indices (a guard, not a bound of rows) so that acc[] of an
- * inlined tile stays in registers instead of going through the stack. */
-LA_INLINE void tile_store(float *const row[MR], int rows, int64_t d0, const __m256 acc[2 * MR],
-                          int full, __m256i m0, __m256i m1)
-{
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) {
-        if (r >= rows)
-            break;
-        if (full) {
-            _mm256_storeu_ps(row[r] + d0, acc[2 * r]);
-            _mm256_storeu_ps(row[r] + d0 + 8, acc[2 * r + 1]);
-        } else {
-            _mm256_maskstore_ps(row[r] + d0, m0, acc[2 * r]);
-            _mm256_maskstore_ps(row[r] + d0 + 8, m1, acc[2 * r + 1]);
-        }
-    }
-}
-
 /* ---- pack layout ------------------------------------------------------ */
 
 /* For chunks of up to C rows (cp = C rounded up to NR), all 64-byte aligned:
@@ -312,26 +158,32 @@ typedef struct {
     size_t qh, qd, kh, kd, kt, b, et, eg, kg, gq, el, bytes;
 } la_layout;
 
-static size_t up64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 static la_layout layout_of(int64_t chunk, int64_t dk)
 {
+    /* Saturating sizes (sizes.h): an offset that overflows makes bytes
+     * SIZE_MAX, which no allocation satisfies; the ops only run on packs
+     * whose size fitted. */
     la_layout L;
-    const size_t rows = (size_t)chunk * (size_t)dk * sizeof(float);
-    const size_t vec = (size_t)dk * sizeof(float);
+    const size_t c = la_size_of_dim(chunk), d = la_size_of_dim(dk);
+    const size_t rows = la_size_mul(la_size_mul(c, d), sizeof(float));
+    const size_t vec = la_size_mul(d, sizeof(float));
     size_t off = 0;
     L.cp = (chunk + NR - 1) / NR * NR;
-    L.qh = off, off = up64(off + rows);
-    L.qd = off, off = up64(off + rows);
-    L.kh = off, off = up64(off + rows);
-    L.kd = off, off = up64(off + rows);
-    L.kt = off, off = up64(off + (size_t)L.cp * (size_t)dk * sizeof(float));
-    L.b = off, off = up64(off + (size_t)L.cp * sizeof(double));
-    L.et = off, off = up64(off + 2 * (size_t)L.cp * sizeof(float));
-    L.eg = off, off = up64(off + rows);
-    L.kg = off, off = up64(off + rows);
-    L.gq = off, off = up64(off + (size_t)(chunk + 3) / 4 * vec);
-    L.el = off, off = up64(off + vec);
+    const size_t cp = la_size_of_dim(L.cp);
+#define NEXT(field, n) (L.field = off, off = la_size_up64(la_size_add(off, (n))))
+    NEXT(qh, rows);
+    NEXT(qd, rows);
+    NEXT(kh, rows);
+    NEXT(kd, rows);
+    NEXT(kt, la_size_mul(la_size_mul(cp, d), sizeof(float)));
+    NEXT(b, la_size_mul(cp, sizeof(double)));
+    NEXT(et, la_size_mul(2 * sizeof(float), cp));
+    NEXT(eg, rows);
+    NEXT(kg, rows);
+    NEXT(gq, la_size_mul(c / 4 + 1, vec));
+    NEXT(el, vec);
+#undef NEXT
     L.bytes = off;
     return L;
 }
@@ -532,7 +384,7 @@ static void scores_token(const la_head *h, const void *pack, const la_layout *L,
     for (int64_t jt = 0; jt < jb; jt += NR) {
         const int64_t j = j0 + jt;
         __m256 acc[2 * MR];
-        tile_zero(acc);
+        tile6_zero(acc);
         /* kt is zero padded to cp columns: full loads. Columns >= jb of the
          * last tile are never read, so up to 8 of them take the half tile. */
         const int halves = jb - jt <= 8 ? 1 : 2;
@@ -659,10 +511,10 @@ LA_INLINE void out_tile(const la_head *h, const float *s, int64_t t0, int64_t j0
 {
     __m256 acc[2 * MR];
     if (j0 == 0) {
-        tile_zero(acc);
+        tile6_zero(acc);
         mk_6x16(acc, h->dk, qrow, 1, s + d0, h->dv, full, m0, m1);
     } else {
-        tile_load(acc, orow, d0, full, m0, m1); /* partial sum of earlier strips */
+        tile6_load(acc, orow, d0, full, m0, m1); /* partial sum of earlier strips */
     }
     /* The last strip ends with the rows' own diagonal block: row r takes
      * column i0+m only for m <= r. A masked-out score is 0, but 0 * v is NaN
@@ -692,7 +544,7 @@ LA_INLINE void out_tile(const la_head *h, const float *s, int64_t t0, int64_t j0
             acc[2 * r + 1] = _mm256_mul_ps(acc[2 * r + 1], x);
         }
     }
-    tile_store(orow, rows, d0, acc, full, m0, m1);
+    tile6_store(orow, rows, d0, acc, full, m0, m1);
 }
 
 static void chunk_output_avx2(const la_head *h, const void *pack, int64_t t0, int64_t n,
@@ -793,7 +645,7 @@ static void chunk_state_avx2(const la_head *h, const void *pack, int64_t t0, int
                 urow[r] = u + c * dv;
             }
             __m256 acc[2 * MR];
-            tile_zero(acc);
+            tile6_zero(acc);
             if (rows <= MR4) {
                 /* a remainder of <= 4 channels (dk = 64 = 10 x 6 + 4): the
                  * 4x16 tile, not 6 rows of which 2 are duplicates */
@@ -801,10 +653,10 @@ static void chunk_state_avx2(const la_head *h, const void *pack, int64_t t0, int
                 tile4_store(urow, rows, d0, acc, full, m0, m1);
             } else if (full) {
                 mk_6x16(acc, n, a, dk, v + d0, h->v_ts, 1, all, all);
-                tile_store(urow, rows, d0, acc, 1, all, all);
+                tile6_store(urow, rows, d0, acc, 1, all, all);
             } else {
                 mk_6x16(acc, n, a, dk, v + d0, h->v_ts, 0, m0, m1);
-                tile_store(urow, rows, d0, acc, 0, m0, m1);
+                tile6_store(urow, rows, d0, acc, 0, m0, m1);
             }
         }
     }
@@ -1031,6 +883,10 @@ static void forward_noncausal_avx2(const la_head *h)
 
 LA_FTZ_CHUNK_OPS(avx2)
 
+/* The value-tiled recurrent forward, written once for every ISA. */
+#define LA_ADD_NV 8
+#include "../additive_kernels.h"
+
 static const la_additive_ops additive_avx2 = {
     .default_chunk = default_chunk_avx2,
     .pack_bytes = pack_bytes_avx2,
@@ -1038,13 +894,19 @@ static const la_additive_ops additive_avx2 = {
     .chunk_output = chunk_output_avx2_ftz,
     .chunk_state = chunk_state_avx2_ftz,
     .state_combine = state_combine_avx2_ftz,
+    .tile_columns = additive_tile_columns,
+    .recurrent_bytes = additive_recurrent_bytes,
+    .recurrent = additive_recurrent,
     .token = token_avx2,
     .forward_noncausal = forward_noncausal_avx2,
 };
+
+extern const la_delta_ops la_delta_avx2;
 
 const la_table la_table_avx2 = {
     .name = "avx2",
     .isa = LINATTN_ISA_AVX2,
     .requires = LA_FEAT_AVX2 | LA_FEAT_FMA,
     .additive = &additive_avx2,
+    .delta = &la_delta_avx2,
 };

@@ -26,18 +26,6 @@ enum {
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t up16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
-LA_INLINE __m512 phi_v(linattn_phi phi, __m512 x)
-{
-    const __m512 zero = _mm512_setzero_ps();
-    switch (phi) {
-    case LINATTN_PHI_ELU1: { /* x + 1 where x > 0, else e^x (NaN takes the exp path) */
-        const __mmask16 pos = _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ);
-        return _mm512_mask_add_ps(la_exp(_mm512_min_ps(zero, x)), pos, x, _mm512_set1_ps(1.0f));
-    }
-    case LINATTN_PHI_RELU: return _mm512_max_ps(zero, x); /* x second: NaN propagates */
-    default: return x;
-    }
-}
 
 /* ---- GEMM tile --------------------------------------------------------- */
 
@@ -129,42 +117,44 @@ LA_INLINE void tile(int64_t m, int64_t nc, const la_pass *ps, int np, float *c, 
  * between (one exp per gate value instead of one per factor; at most C
  * roundings, ~C * 6e-8 relative, and products underflow to 0 gracefully). */
 typedef struct {
-    int64_t rows, ldk, ldc;
-} pack_header;
-
-typedef struct {
     float *qh, *kh, *ga, *kd, *qs, *kp, *qt, *gb, *pl, *qr;
     double *bt;
     int64_t ldk, ldc;
 } pack_view;
 
-static pack_view view_of(const void *pack)
+/* The pack's pointers, from the head's chunk and dk (as in every table). */
+static pack_view view_of(const la_head *h, const void *pack)
 {
-    const pack_header *hd = pack;
-    const int64_t rows = hd->rows * hd->ldk, panel = hd->ldc * hd->ldk;
-    float *f = (float *)pack + 16;
+    const int64_t ldk = up16(h->dk), ldc = up16(h->chunk);
+    const int64_t rows = h->chunk * ldk, panel = ldc * ldk;
+    float *f = (float *)(uintptr_t)pack + 16;
     pack_view p = {.qh = f,
                    .kh = f + rows,
                    .ga = f + 2 * rows,
                    .kd = f + 3 * rows,
-                   .ldk = hd->ldk,
-                   .ldc = hd->ldc};
+                   .ldk = ldk,
+                   .ldc = ldc};
     p.qs = f + 4 * rows;
     p.kp = p.qs + panel;
     p.qt = p.kp + panel;
     p.bt = (double *)(p.qt + panel);
-    p.gb = (float *)(p.bt + hd->ldc);
-    p.pl = p.gb + hd->ldc / BLK * hd->ldk;
-    p.qr = p.pl + hd->ldk;
+    p.gb = (float *)(p.bt + ldc);
+    p.pl = p.gb + ldc / BLK * ldk;
+    p.qr = p.pl + ldk;
     return p;
 }
 
 static size_t pack_bytes_avx512(int64_t chunk, int64_t dk, int64_t dv)
 {
     (void)dv;
-    const size_t ldk = (size_t)up16(dk), ldc = (size_t)up16(chunk);
-    return 64 + (4 * (size_t)chunk * ldk + 3 * ldc * ldk + 2 * ldc + (ldc / BLK + 2) * ldk) *
-                    sizeof(float);
+    /* saturating (sizes.h): SIZE_MAX when the pack cannot be addressed */
+    const size_t ldk = la_size_of_dim(up16(dk)), ldc = la_size_of_dim(up16(chunk));
+    const size_t c = la_size_of_dim(chunk);
+    size_t floats = la_size_mul(la_size_mul(4, c), ldk);
+    floats = la_size_add(floats, la_size_mul(la_size_mul(3, ldc), ldk));
+    floats = la_size_add(floats, la_size_mul(2, ldc));
+    floats = la_size_add(floats, la_size_mul(ldc / BLK + 2, ldk));
+    return la_size_add(64, la_size_mul(floats, sizeof(float)));
 }
 
 static int64_t default_chunk_avx512(int64_t dk, int64_t dv, la_gate gate)
@@ -325,11 +315,7 @@ static void chunk_pack_token(const la_head *h, int64_t t0, int64_t n, const pack
 static void chunk_pack_avx512(const la_head *h, int64_t t0, int64_t n, void *pack)
 {
     const int64_t dk = h->dk, ldk = up16(dk);
-    pack_header *hd = pack;
-    hd->rows = h->chunk;
-    hd->ldk = ldk;
-    hd->ldc = up16(h->chunk);
-    const pack_view p = view_of(pack);
+    const pack_view p = view_of(h, pack);
     const __m512 scale = _mm512_set1_ps(h->scale);
     if (h->gate != LA_GATE_CHANNEL) {
         chunk_pack_token(h, t0, n, &p);
@@ -538,7 +524,7 @@ static void chunk_output_avx512(const la_head *h, const void *pack, int64_t t0, 
                                 const float *s, const float *z)
 {
     const int64_t dk = h->dk, dv = h->dv;
-    const pack_view p = view_of(pack);
+    const pack_view p = view_of(h, pack);
     _Alignas(64) float a[AJ * BLK];
     _Alignas(64) float inv[BLK];
 
@@ -606,7 +592,7 @@ static void chunk_state_avx512(const la_head *h, const void *pack, int64_t t0, i
                                float *uz)
 {
     const int64_t dk = h->dk, dv = h->dv;
-    const pack_view p = view_of(pack);
+    const pack_view p = view_of(h, pack);
     /* the next chunk's rows, ceil(rows / tiles) per tile (no division per tile) */
     const int64_t parts = (dk + MR - 1) / MR * ((dv + NR - 1) / NR);
     const int64_t pend = t0 + n + min64(h->chunk, h->T - t0 - n);
@@ -632,7 +618,7 @@ static void state_combine_avx512(const la_head *h, const void *pack, int64_t n, 
                                  const float *u, const float *uz)
 {
     const int64_t dk = h->dk, dv = h->dv;
-    const pack_view p = view_of(pack);
+    const pack_view p = view_of(h, pack);
     __m512 av = _mm512_set1_ps(1.0f);
     if (h->gate == LA_GATE_TOKEN)
         av = _mm512_set1_ps(expf((float)p.bt[n - 1]));
@@ -848,6 +834,10 @@ static void forward_noncausal_avx512(const la_head *h)
 
 LA_FTZ_CHUNK_OPS(avx512)
 
+/* The value-tiled recurrent forward, written once for every ISA. */
+#define LA_ADD_NV 8
+#include "../additive_kernels.h"
+
 static const la_additive_ops additive_avx512 = {
     .default_chunk = default_chunk_avx512,
     .pack_bytes = pack_bytes_avx512,
@@ -855,9 +845,14 @@ static const la_additive_ops additive_avx512 = {
     .chunk_output = chunk_output_avx512_ftz,
     .chunk_state = chunk_state_avx512_ftz,
     .state_combine = state_combine_avx512_ftz,
+    .tile_columns = additive_tile_columns,
+    .recurrent_bytes = additive_recurrent_bytes,
+    .recurrent = additive_recurrent,
     .token = token_avx512,
     .forward_noncausal = forward_noncausal_avx512,
 };
+
+extern const la_delta_ops LA_DELTA_OPS;
 
 const la_table LA_TABLE = {
     .name = LA_TABLE_NAME,
@@ -865,4 +860,5 @@ const la_table LA_TABLE = {
     .requires = LA_TABLE_REQUIRES,
     .test_only = LA_TABLE_TEST_ONLY,
     .additive = &additive_avx512,
+    .delta = &LA_DELTA_OPS,
 };

@@ -4,7 +4,7 @@
  *   LA_AVX512_SIMDE: -mavx2 -mfma through SIMDe, a test-only table that runs
  *     the AVX-512 code paths on any AVX2 machine.
  * SIMDe 0.7.4 lacks _mm512_maskz_loadu_ps, _mm512_mask_storeu_ps,
- * _mm512_reduce_add_ps and _mm512_cvtss_f32 (SPEC section 6), so those
+ * _mm512_reduce_add_ps and _mm512_cvtss_f32, so those
  * and exp (its own Cody-Waite version there) live behind the helpers below.
  * Every mask given to la_load/la_store is a prefix mask (la_tail). */
 #ifndef LINATTN_SIMD512_H
@@ -12,6 +12,9 @@
 
 #include <stdint.h>
 #include <string.h>
+
+#include "../gate.h"
+#include "linattn.h"
 
 /* Vector helpers are always inlined: in the SIMDe build a 64-byte vector
  * passed to or returned from a real call would change the ABI (-Wpsabi). */
@@ -24,6 +27,7 @@
 
 /* Runs wherever AVX2 + FMA do; never chosen outside the tests. */
 #define LA_TABLE la_table_avx512_simde
+#define LA_DELTA_OPS la_delta_avx512_simde
 #define LA_TABLE_NAME "avx512-simde"
 #define LA_TABLE_REQUIRES (LA_FEAT_AVX2 | LA_FEAT_FMA)
 #define LA_TABLE_TEST_ONLY 1
@@ -99,6 +103,7 @@ LA_INLINE __m512 la_exp_raw(__m512 x)
 #include <sleef.h>
 
 #define LA_TABLE la_table_avx512
+#define LA_DELTA_OPS la_delta_avx512
 #define LA_TABLE_NAME "avx512"
 #define LA_TABLE_REQUIRES (LA_FEAT_AVX512 | LA_FEAT_FMA)
 #define LA_TABLE_TEST_ONLY 0
@@ -110,8 +115,8 @@ LA_INLINE __m512 la_expand(__m512 src, __mmask16 m, const float *p)
 {
     return _mm512_mask_expand_ps(src, m, _mm512_loadu_ps(p));
 }
-/* e^x from SLEEF, as the spec asks (an inline polynomial measured ~10%
- * faster at d = 64; see the x86 issue notes). */
+/* e^x from SLEEF, the project's one vector exp (an inline polynomial was
+ * measured ~10% faster at d = 64, not enough to keep two). */
 LA_INLINE __m512 la_exp_raw(__m512 x) { return Sleef_expf16_u10avx512f(x); }
 
 #endif
@@ -129,5 +134,37 @@ LA_INLINE __mmask16 la_tail(int64_t n)
 {
     return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
 }
+
+LA_INLINE __m512 phi_v(linattn_phi phi, __m512 x)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    switch (phi) {
+    case LINATTN_PHI_ELU1: { /* x + 1 where x > 0, else e^x (NaN takes the exp path) */
+        const __mmask16 pos = _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ);
+        return _mm512_mask_add_ps(la_exp(_mm512_min_ps(zero, x)), pos, x, _mm512_set1_ps(1.0f));
+    }
+    case LINATTN_PHI_RELU: return _mm512_max_ps(zero, x); /* x second: NaN propagates */
+    default: return x;
+    }
+}
+
+/* ---- the generic vocabulary (see delta_kernels.h) ------------------------ */
+
+typedef __m512 la_vf;
+#define LA_VW 16
+LA_INLINE la_vf vf_zero(void) { return _mm512_setzero_ps(); }
+LA_INLINE la_vf vf_set1(float x) { return _mm512_set1_ps(x); }
+LA_INLINE la_vf vf_load(const float *p) { return _mm512_loadu_ps(p); }
+LA_INLINE void vf_store(float *p, la_vf x) { _mm512_storeu_ps(p, x); }
+LA_INLINE la_vf vf_loadn(const float *p, int64_t n) { return la_load(la_tail(n), p); }
+LA_INLINE void vf_storen(float *p, la_vf x, int64_t n) { la_store(p, la_tail(n), x); }
+LA_INLINE la_vf vf_fma(la_vf a, la_vf b, la_vf c) { return _mm512_fmadd_ps(a, b, c); }
+LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return _mm512_mul_ps(a, b); }
+LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return _mm512_sub_ps(a, b); }
+LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return _mm512_add_ps(a, b); }
+LA_INLINE float vf_hsum(la_vf x) { return la_hsum(x); }
+LA_INLINE la_vf vf_decay(la_vf x) { return la_exp(_mm512_min_ps(x, _mm512_setzero_ps())); }
+LA_INLINE la_vf vf_phi(linattn_phi phi, la_vf x) { return phi_v(phi, x); }
+LA_INLINE la_vf vf_keep(la_vf x, int64_t n) { return _mm512_maskz_mov_ps(la_tail(n), x); }
 
 #endif /* LINATTN_SIMD512_H */

@@ -12,101 +12,11 @@
 #include <string.h>
 
 #include "../table.h"
+#include "simd128.h"
 
-#define INLINE static inline __attribute__((always_inline))
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-/* ---- vector helpers ---------------------------------------------------- */
-
-/* The first m floats at p (m may be <= 0 or >= 4); missing lanes are 0. */
-INLINE float32x4_t ldn(const float *p, int64_t m)
-{
-    if (m >= 4)
-        return vld1q_f32(p);
-    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t l = 0; l < m; l++)
-        t[l] = p[l];
-    return vld1q_f32(t);
-}
-
-/* Stores the first m lanes of x at p. */
-INLINE void stn(float *p, float32x4_t x, int64_t m)
-{
-    if (m >= 4) {
-        vst1q_f32(p, x);
-        return;
-    }
-    float t[4];
-    vst1q_f32(t, x);
-    for (int64_t l = 0; l < m; l++)
-        p[l] = t[l];
-}
-
-/* Lanes l >= d of x, the others 0: the causal mask of a query vector
- * starting at row i against key j is lanes_from(x, j - i). */
-INLINE float32x4_t lanes_from(float32x4_t x, int64_t d)
-{
-    if (d <= 0)
-        return x;
-    if (d >= 4)
-        return vdupq_n_f32(0.0f);
-    const uint32x4_t iota = {0, 1, 2, 3};
-    return vreinterpretq_f32_u32(
-        vandq_u32(vcgeq_u32(iota, vdupq_n_u32((uint32_t)d)), vreinterpretq_u32_f32(x)));
-}
-
-/* Lanes l < m of x, the others 0 (tail lanes whose phi(0) is not 0). */
-INLINE float32x4_t lanes_below(float32x4_t x, int64_t m)
-{
-    if (m >= 4)
-        return x;
-    const uint32x4_t iota = {0, 1, 2, 3};
-    return vreinterpretq_f32_u32(
-        vandq_u32(vcltq_u32(iota, vdupq_n_u32((uint32_t)(m > 0 ? m : 0))),
-                  vreinterpretq_u32_f32(x)));
-}
-
-/* A decay: exp of a value that is <= 0 in exact arithmetic; the clamp makes
- * lanes masked out later (j > i) harmless instead of overflowing. */
-INLINE float32x4_t exp_nonpos(float32x4_t x)
-{
-    const float32x4_t e = Sleef_expf4_u10advsimd(vminq_f32(x, vdupq_n_f32(0.0f)));
-    /* exactly 0 below LA_EXP_ZERO_BELOW (no subnormals); NaN stays NaN */
-    const uint32x4_t tiny = vcltq_f32(x, vdupq_n_f32(LA_EXP_ZERO_BELOW));
-    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(e), tiny));
-}
-
-/* e^(x[l] - y) and e^(x - y[l]) for prefix sums kept in double: the
- * difference is taken in double, like the scalar table, so nearby rows keep
- * the precision of the g they sum, then rounded once to float. */
-INLINE float32x4_t decay_vs(const double *x, double y)
-{
-    const float64x2_t yy = vdupq_n_f64(y);
-    const float64x2_t lo = vsubq_f64(vld1q_f64(x), yy), hi = vsubq_f64(vld1q_f64(x + 2), yy);
-    return exp_nonpos(vcvt_high_f32_f64(vcvt_f32_f64(lo), hi));
-}
-INLINE float32x4_t decay_sv(double x, const double *y)
-{
-    const float64x2_t xx = vdupq_n_f64(x);
-    const float64x2_t lo = vsubq_f64(xx, vld1q_f64(y)), hi = vsubq_f64(xx, vld1q_f64(y + 2));
-    return exp_nonpos(vcvt_high_f32_f64(vcvt_f32_f64(lo), hi));
-}
-
-INLINE float32x4_t phi4(linattn_phi phi, float32x4_t x)
-{
-    const float32x4_t zero = vdupq_n_f32(0.0f);
-    switch (phi) {
-    case LINATTN_PHI_ELU1: {
-        /* exp only of min(x, 0); NaN stays NaN through min, compare and exp */
-        const float32x4_t e = Sleef_expf4_u10advsimd(vminq_f32(x, zero));
-        return vbslq_f32(vcgtq_f32(x, zero), vaddq_f32(x, vdupq_n_f32(1.0f)), e);
-    }
-    case LINATTN_PHI_RELU: return vmaxq_f32(x, zero); /* FMAX: NaN propagates */
-    default: return x;
-    }
-}
 
 /* ---- the register tile ------------------------------------------------- */
 
@@ -480,8 +390,8 @@ static void state_combine_neon(const la_head *h, const void *pack, int64_t n, fl
 
 /* ---- whole-head kernels ------------------------------------------------ */
 
-/* Channels whose phi and decay one pass keeps on the stack; dk <= CB (all
- * of SPEC's range) is a single pass over the state. */
+/* Channels whose phi and decay one pass keeps on the stack; dk <= CB (every
+ * head size in use) is a single pass over the state. */
 enum { CB = 256 };
 
 /* State rows c0..c0+nc-1, columns d..d+w-1 of one token: each element is
@@ -649,6 +559,10 @@ static void forward_noncausal_neon(const la_head *h)
     }
 }
 
+/* The value-tiled recurrent forward, written once for every ISA. */
+#define LA_ADD_NV 8
+#include "../additive_kernels.h"
+
 static const la_additive_ops additive_neon = {
     .default_chunk = default_chunk_neon,
     .pack_bytes = pack_bytes_neon,
@@ -656,13 +570,19 @@ static const la_additive_ops additive_neon = {
     .chunk_output = chunk_output_neon,
     .chunk_state = chunk_state_neon,
     .state_combine = state_combine_neon,
+    .tile_columns = additive_tile_columns,
+    .recurrent_bytes = additive_recurrent_bytes,
+    .recurrent = additive_recurrent,
     .token = token_neon,
     .forward_noncausal = forward_noncausal_neon,
 };
+
+extern const la_delta_ops la_delta_neon;
 
 const la_table la_table_neon = {
     .name = "neon",
     .isa = LINATTN_ISA_NEON,
     .requires = LA_FEAT_ASIMD,
     .additive = &additive_neon,
+    .delta = &la_delta_neon,
 };

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../table.h"
+#include "simd1.h"
 
 /* Pack layout for chunks of up to C rows (C = the chunk given to pack_bytes):
  *   qh [C][dk]  scale * phi(q)
@@ -12,27 +13,23 @@
  *   b  [C][dk]  prefix sums of g from the chunk start, in double so that the
  *               differences b_i - b_j keep the precision of the g they sum
  *               (TOKEN uses column 0 only)
- * The header records C so the pointers can be found again. */
+ * The pointers are found from the head's chunk and dk, as in every table. */
 typedef struct {
-    int64_t rows;
-} pack_header;
-
-static size_t header_floats(void) { return 64 / sizeof(float); }
+    float *qh, *kh;
+    double *b;
+} pack_view;
 
 static size_t pack_bytes_scalar(int64_t chunk, int64_t dk, int64_t dv)
 {
     (void)dv;
-    return 64 + (size_t)chunk * (size_t)dk * (2 * sizeof(float) + sizeof(double));
+    const size_t per_row = la_size_mul(la_size_of_dim(dk), 2 * sizeof(float) + sizeof(double));
+    return la_size_mul(la_size_of_dim(chunk), per_row);
 }
 
-static float *pack_qh(const void *pack) { return (float *)pack + header_floats(); }
-static float *pack_kh(const void *pack, int64_t dk)
+static pack_view view_of(const la_head *h, const void *pack)
 {
-    return pack_qh(pack) + ((const pack_header *)pack)->rows * dk;
-}
-static double *pack_b(const void *pack, int64_t dk)
-{
-    return (double *)(pack_kh(pack, dk) + ((const pack_header *)pack)->rows * dk);
+    float *qh = (float *)(uintptr_t)pack, *kh = qh + h->chunk * h->dk;
+    return (pack_view){qh, kh, (double *)(kh + h->chunk * h->dk)};
 }
 
 static float phi_scalar(linattn_phi phi, float x)
@@ -63,9 +60,9 @@ static int64_t default_chunk_scalar(int64_t dk, int64_t dv, la_gate gate)
 static void chunk_pack_scalar(const la_head *h, int64_t t0, int64_t n, void *pack)
 {
     const int64_t dk = h->dk;
-    ((pack_header *)pack)->rows = h->chunk;
-    float *qh = pack_qh(pack), *kh = pack_kh(pack, dk);
-    double *b = pack_b(pack, dk);
+    const pack_view p = view_of(h, pack);
+    float *qh = p.qh, *kh = p.kh;
+    double *b = p.b;
     for (int64_t i = 0; i < n; i++) {
         const float *q = h->q + (t0 + i) * h->q_ts;
         const float *k = h->k + (t0 + i) * h->k_ts;
@@ -94,8 +91,9 @@ static void chunk_output_scalar(const la_head *h, const void *pack, int64_t t0, 
                                 const float *s, const float *z)
 {
     const int64_t dk = h->dk, dv = h->dv;
-    const float *qh = pack_qh(pack), *kh = pack_kh(pack, dk);
-    const double *b = pack_b(pack, dk);
+    const pack_view p = view_of(h, pack);
+    const float *qh = p.qh, *kh = p.kh;
+    const double *b = p.b;
     for (int64_t i = 0; i < n; i++) {
         float *o = h->o + (t0 + i) * h->o_ts;
         const float *qi = qh + i * dk;
@@ -143,8 +141,9 @@ static void chunk_state_scalar(const la_head *h, const void *pack, int64_t t0, i
                                float *u, float *uz)
 {
     const int64_t dk = h->dk, dv = h->dv, last = n - 1;
-    const float *kh = pack_kh(pack, dk);
-    const double *b = pack_b(pack, dk);
+    const pack_view p = view_of(h, pack);
+    const float *kh = p.kh;
+    const double *b = p.b;
     memset(u, 0, (size_t)(dk * dv) * sizeof(float));
     if (h->z)
         memset(uz, 0, (size_t)dk * sizeof(float));
@@ -168,7 +167,7 @@ static void state_combine_scalar(const la_head *h, const void *pack, int64_t n, 
                                  float *z, const float *u, const float *uz)
 {
     const int64_t dk = h->dk, dv = h->dv;
-    const double *b = pack_b(pack, dk);
+    const double *b = view_of(h, pack).b;
     for (int64_t c = 0; c < dk; c++) {
         float a = 1.0f;
         if (h->gate == LA_GATE_TOKEN)
@@ -253,6 +252,10 @@ static void forward_noncausal_scalar(const la_head *h)
     }
 }
 
+/* The value-tiled recurrent forward: the generic kernel over one lane. */
+#define LA_ADD_NV 8
+#include "../additive_kernels.h"
+
 const la_additive_ops la_additive_scalar = {
     .default_chunk = default_chunk_scalar,
     .pack_bytes = pack_bytes_scalar,
@@ -260,6 +263,9 @@ const la_additive_ops la_additive_scalar = {
     .chunk_output = chunk_output_scalar,
     .chunk_state = chunk_state_scalar,
     .state_combine = state_combine_scalar,
+    .tile_columns = additive_tile_columns,
+    .recurrent_bytes = additive_recurrent_bytes,
+    .recurrent = additive_recurrent,
     .token = token_scalar,
     .forward_noncausal = forward_noncausal_scalar,
 };

@@ -43,8 +43,9 @@ static int64_t tile_columns_scalar(int64_t dk, int64_t dv)
     return 64;
 }
 
-static size_t recurrent_bytes_scalar(int64_t dk, int64_t nj)
+static size_t recurrent_bytes_scalar(int64_t T, int64_t dk, int64_t nj)
 {
+    (void)T;
     return la_size_floats(la_size_add(la_size_mul(3, la_size_of_dim(dk)),
                                       la_size_mul(2, la_size_of_dim(nj))));
 }

@@ -1,0 +1,644 @@
+/* linattn._ext: the C API over the CPython buffer protocol.
+ *
+ * One entry point, run(), takes positional arguments only: the Python layer
+ * has already turned keywords and names into integers, because parsing a
+ * dozen keywords here would cost more than a decode step. Arrays arrive as
+ * buffer-protocol objects (numpy arrays; torch tensors are viewed as numpy
+ * arrays by the Python layer). Their shapes become the config's dimensions
+ * and their strides its strides, so nothing is copied and the library cannot
+ * address memory outside the buffers. The GIL is released while computing. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <limits.h>
+#include <string.h>
+
+#include "linattn.h"
+
+enum { RUN_FORWARD, RUN_STEP, RUN_DELTA_FORWARD, RUN_DELTA_STEP };
+enum { LAYOUT_BHTD, LAYOUT_BTHD };
+
+/* One array in the library's axis order: batch, head, token, feature.
+ * Axes the array does not have are size 1 with stride 0. */
+typedef struct {
+    Py_buffer buf;
+    int held; /* 1: a buffer to release; 2: a torch tensor, read in place */
+    int64_t n[4];
+    int64_t st[4]; /* in floats */
+    Py_ssize_t tshape[8], tstrides[8];
+} view;
+
+static void release(view *v)
+{
+    if (v->held == 1)
+        PyBuffer_Release(&v->buf);
+    v->held = 0;
+}
+
+/* Torch tensors do not export buffers. Reading their pointer, shape and
+ * strides here costs a fraction of tensor.numpy(), which matters for a
+ * decode step. torch is never imported from here: a tensor means it is. */
+static PyObject *torch_tensor, *torch_float32;
+static PyObject *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_data_ptr, *s_device;
+
+/* 1 when obj is a torch.Tensor, 0 when not, -1 on error. */
+static int is_tensor(PyObject *obj)
+{
+    if (torch_tensor == NULL) {
+        PyObject *name = PyUnicode_FromString("torch");
+        if (name == NULL)
+            return -1;
+        PyObject *torch = PyImport_GetModule(name);
+        Py_DECREF(name);
+        if (torch == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        torch_tensor = PyObject_GetAttrString(torch, "Tensor");
+        torch_float32 = PyObject_GetAttrString(torch, "float32");
+        Py_DECREF(torch);
+        if (torch_tensor == NULL || torch_float32 == NULL) {
+            Py_CLEAR(torch_tensor);
+            Py_CLEAR(torch_float32);
+            return -1;
+        }
+    }
+    return PyObject_IsInstance(obj, torch_tensor);
+}
+
+/* Fills v->buf from a CPU float32 tensor as a buffer would be filled. */
+static int tensor_view(PyObject *obj, const char *name, view *v)
+{
+    PyObject *cpu = PyObject_GetAttr(obj, s_is_cpu);
+    if (cpu == NULL)
+        return -1;
+    const int on_cpu = PyObject_IsTrue(cpu);
+    Py_DECREF(cpu);
+    if (on_cpu != 1) {
+        PyObject *dev = PyObject_GetAttr(obj, s_device);
+        if (dev != NULL)
+            PyErr_Format(PyExc_ValueError, "%s: tensor on %S; linattn computes on CPU tensors",
+                         name, dev);
+        Py_XDECREF(dev);
+        return -1;
+    }
+    PyObject *dtype = PyObject_GetAttr(obj, s_dtype);
+    if (dtype == NULL)
+        return -1;
+    if (dtype != torch_float32) {
+        PyErr_Format(PyExc_TypeError, "%s: dtype %S; linattn takes float32", name, dtype);
+        Py_DECREF(dtype);
+        return -1;
+    }
+    Py_DECREF(dtype);
+    PyObject *shape = PyObject_GetAttr(obj, s_shape);
+    PyObject *strides = PyObject_CallMethodNoArgs(obj, s_stride);
+    PyObject *ptr = PyObject_CallMethodNoArgs(obj, s_data_ptr);
+    int rc = -1;
+    if (shape == NULL || strides == NULL || ptr == NULL) {
+        /* sparse and other layouts have no strides */
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: expected a strided (dense) tensor", name);
+        goto out;
+    }
+    if (!PyTuple_Check(shape) || !PyTuple_Check(strides) ||
+        PyTuple_GET_SIZE(shape) != PyTuple_GET_SIZE(strides)) {
+        PyErr_Format(PyExc_TypeError, "%s: tensor without shape and strides", name);
+        goto out;
+    }
+    const Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    if (nd > 8) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd dimensions", name, nd);
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        v->tshape[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        v->tstrides[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
+        if (PyErr_Occurred())
+            goto out;
+        if (v->tstrides[i] > PY_SSIZE_T_MAX / 4 || v->tstrides[i] < PY_SSIZE_T_MIN / 4) {
+            PyErr_Format(PyExc_ValueError, "%s: stride out of range", name);
+            goto out;
+        }
+        v->tstrides[i] *= 4;
+    }
+    v->buf.buf = PyLong_AsVoidPtr(ptr);
+    if (PyErr_Occurred())
+        goto out;
+    v->buf.ndim = (int)nd;
+    v->buf.shape = v->tshape;
+    v->buf.strides = v->tstrides;
+    v->buf.itemsize = 4;
+    v->buf.format = "f";
+    v->held = 2;
+    rc = 0;
+out:
+    Py_XDECREF(shape);
+    Py_XDECREF(strides);
+    Py_XDECREF(ptr);
+    return rc;
+}
+
+static const char *dtype_name(const char *fmt)
+{
+    if (fmt == NULL)
+        return "bytes";
+    if (*fmt == '<' || *fmt == '=' || *fmt == '@' || *fmt == '>' || *fmt == '!')
+        fmt++;
+    switch (*fmt) {
+    case 'd': return "float64";
+    case 'e': return "float16";
+    case 'f': return "float32";
+    case 'b': return "int8";
+    case 'B': return "uint8";
+    case 'h': return "int16";
+    case 'i': return "int32";
+    case 'l': case 'q': return "int64";
+    case '?': return "bool";
+    default: return fmt;
+    }
+}
+
+/* "bhtd"-style axis letters, one per buffer dimension, in the buffer's order. */
+static int acquire(PyObject *obj, const char *name, const char *axes, const char *shape,
+                   int writable, view *v)
+{
+    memset(v, 0, sizeof *v);
+    const int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (!PyObject_CheckBuffer(obj)) {
+        const int t = is_tensor(obj);
+        if (t < 0)
+            return -1;
+        if (t == 0) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s: expected a float32 numpy array or CPU torch tensor, got %.100s",
+                         name, Py_TYPE(obj)->tp_name);
+            return -1;
+        }
+        if (tensor_view(obj, name, v) != 0)
+            return -1;
+    } else if (PyObject_GetBuffer(obj, &v->buf, flags) != 0) {
+        PyErr_Clear();
+        if (writable && PyObject_GetBuffer(obj, &v->buf, PyBUF_STRIDES) == 0) {
+            PyBuffer_Release(&v->buf);
+            PyErr_Format(PyExc_ValueError, "%s: the array is read-only; outputs must be writable",
+                         name);
+        } else {
+            PyErr_Format(PyExc_TypeError,
+                         "%s: expected a float32 numpy array or CPU torch tensor, got %.100s",
+                         name, Py_TYPE(obj)->tp_name);
+        }
+        return -1;
+    } else {
+        v->held = 1;
+    }
+    const char *fmt = v->buf.format;
+    const int le = fmt && (fmt[0] == 'f' || ((fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') &&
+                                             fmt[1] == 'f' && fmt[2] == 0));
+    if (!le || v->buf.itemsize != 4 || (fmt[0] == 'f' && fmt[1] != 0)) {
+        PyErr_Format(PyExc_TypeError, "%s: dtype %s; linattn takes float32", name,
+                     dtype_name(fmt));
+        goto fail;
+    }
+    const int nd = (int)strlen(axes);
+    if (v->buf.ndim != nd) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %d dimensions %s, got %d", name, nd, shape,
+                     v->buf.ndim);
+        goto fail;
+    }
+    for (int a = 0; a < 4; a++) {
+        v->n[a] = 1;
+        v->st[a] = 0;
+    }
+    for (int i = 0; i < nd; i++) {
+        const int a = axes[i] == 'b' ? 0 : axes[i] == 'h' ? 1 : axes[i] == 't' ? 2 : 3;
+        const Py_ssize_t bytes = v->buf.strides[i];
+        if (bytes % 4 != 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: stride %zd bytes of dimension %d is not a whole number of floats",
+                         name, bytes, i);
+            goto fail;
+        }
+        v->n[a] = v->buf.shape[i];
+        v->st[a] = bytes / 4;
+    }
+    /* The kernels read a feature row as consecutive floats. */
+    if (axes[nd - 1] == 'd' && v->n[3] > 1 && v->st[3] != 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the last dimension must be contiguous (its stride is %lld floats); "
+                     "other dimensions may have any stride",
+                     name, (long long)v->st[3]);
+        goto fail;
+    }
+    return 0;
+fail:
+    release(v);
+    return -1;
+}
+
+/* State buffers have no strides in the API: they must be packed. */
+static int acquire_packed(PyObject *obj, const char *name, const char *shape, int nd,
+                          const int64_t *want, view *v)
+{
+    static const char axes[][5] = {"", "x", "xx", "xxx", "xxxx"}; /* no contiguous-row check: packed below */
+    if (acquire(obj, name, axes[nd], shape, 1, v) != 0)
+        return -1;
+    int64_t expect = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        if (v->buf.shape[i] != want[i]) {
+            PyErr_Format(PyExc_ValueError, "%s: expected shape %s = (%lld, %lld, %lld%s%lld), "
+                         "dimension %d is %zd",
+                         name, shape, (long long)want[0], (long long)want[1], (long long)want[2],
+                         nd == 4 ? ", " : "", nd == 4 ? (long long)want[3] : 0LL, i,
+                         v->buf.shape[i]);
+            goto fail;
+        }
+        if (want[i] > 1 && v->buf.strides[i] != expect * 4) {
+            PyErr_Format(PyExc_ValueError, "%s: must be C-contiguous", name);
+            goto fail;
+        }
+        expect *= want[i];
+    }
+    return 0;
+fail:
+    release(v);
+    return -1;
+}
+
+static int same(const view *v, const char *name, const char *what, int axis, int64_t want)
+{
+    if (v->n[axis] == want)
+        return 0;
+    PyErr_Format(PyExc_ValueError, "%s: %s is %lld, expected %lld", name, what,
+                 (long long)v->n[axis], (long long)want);
+    return -1;
+}
+
+/* -1 when obj is not a buffer. */
+static int ndim_of(PyObject *obj)
+{
+    Py_buffer b;
+    if (obj != Py_None && !PyObject_CheckBuffer(obj) && is_tensor(obj) == 1) {
+        PyObject *shape = PyObject_GetAttr(obj, s_shape);
+        const Py_ssize_t nd = shape && PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
+        Py_XDECREF(shape);
+        PyErr_Clear();
+        return (int)nd;
+    }
+    if (obj == Py_None || PyObject_GetBuffer(obj, &b, PyBUF_STRIDES) != 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    const int nd = b.ndim;
+    PyBuffer_Release(&b);
+    return nd;
+}
+
+static linattn_strides strides_of(const view *v)
+{
+    return (linattn_strides){v->st[0], v->st[1], v->st[2]};
+}
+
+static int as_long(PyObject *o, const char *name, long long lo, long long hi, long long *out)
+{
+    const long long x = PyLong_AsLongLong(o);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (x < lo || x > hi) {
+        PyErr_Format(PyExc_ValueError, "%s = %lld is out of range", name, x);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static PyObject *raise_status(linattn_status st)
+{
+    PyObject *type = st == LINATTN_E_NOMEM ? PyExc_MemoryError
+                     : st == LINATTN_E_ISA ? PyExc_RuntimeError
+                                           : PyExc_ValueError;
+    PyErr_SetString(type, linattn_last_error());
+    return NULL;
+}
+
+/* run(kind, layout, q, k, v, g, beta, o, s, z,
+ *     gate, phi, algo, causal, normalize, eps, scale, chunk, num_threads,
+ *     head_map, qk_l2norm)
+ * gate -1 means: from g's number of dimensions. Returns None. */
+static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 21) {
+        PyErr_SetString(PyExc_TypeError, "run() takes 21 positional arguments");
+        return NULL;
+    }
+    long long kind, layout, gate, phi, algo, causal, normalize, chunk, threads, head_map, l2;
+    if (as_long(args[0], "kind", 0, 3, &kind) || as_long(args[1], "layout", 0, 1, &layout) ||
+        as_long(args[10], "gate", -1, INT_MAX, &gate) ||
+        as_long(args[11], "phi", INT_MIN, INT_MAX, &phi) ||
+        as_long(args[12], "algo", INT_MIN, INT_MAX, &algo) ||
+        as_long(args[13], "causal", INT_MIN, INT_MAX, &causal) ||
+        as_long(args[14], "normalize", INT_MIN, INT_MAX, &normalize) ||
+        as_long(args[17], "chunk", LLONG_MIN, LLONG_MAX, &chunk) ||
+        as_long(args[18], "num_threads", INT_MIN, INT_MAX, &threads) ||
+        as_long(args[19], "head_map", INT_MIN, INT_MAX, &head_map) ||
+        as_long(args[20], "qk_l2norm", INT_MIN, INT_MAX, &l2))
+        return NULL;
+    const double eps = PyFloat_AsDouble(args[15]), scale = PyFloat_AsDouble(args[16]);
+    if (PyErr_Occurred())
+        return NULL;
+
+    const int step = kind == RUN_STEP || kind == RUN_DELTA_STEP;
+    const int delta = kind == RUN_DELTA_FORWARD || kind == RUN_DELTA_STEP;
+    PyObject *const g_obj = args[5], *const beta_obj = args[6];
+    PyObject *const s_obj = args[8], *const z_obj = args[9];
+    const int bthd = !step && layout == LAYOUT_BTHD;
+
+    if (gate == -1) {
+        /* forward: [H], [B,H] head; [B,H,T] token; [B,H,T,dk] channel.
+         * step: [H] head; [B,H] token; [B,H,dk] channel. */
+        const int gnd = ndim_of(g_obj);
+        if (gnd < 0)
+            gate = g_obj == Py_None ? LINATTN_GATE_NONE : LINATTN_GATE_TOKEN; /* acquire() says why */
+        else if (step)
+            gate = gnd == 1 ? LINATTN_GATE_HEAD : gnd == 2 ? LINATTN_GATE_TOKEN
+                 : gnd == 3 ? LINATTN_GATE_CHANNEL : -1;
+        else
+            gate = gnd == 1 || gnd == 2 ? LINATTN_GATE_HEAD : gnd == 3 ? LINATTN_GATE_TOKEN
+                 : gnd == 4 ? LINATTN_GATE_CHANNEL : -1;
+        if (gate == -1) {
+            PyErr_Format(PyExc_ValueError, "g: %d dimensions match no gate kind", gnd);
+            return NULL;
+        }
+    } else if (gate == LINATTN_GATE_NONE && g_obj != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "g is given but gate is 'none'");
+        return NULL;
+    }
+
+    const char *qk_axes = step ? "bhd" : bthd ? "bthd" : "bhtd";
+    const char *qk_shape = step ? "[B, H, K]" : bthd ? "[B, T, H, K]" : "[B, H, T, K]";
+    const char *v_shape = step ? "[B, H, V]" : bthd ? "[B, T, H, V]" : "[B, H, T, V]";
+    const char *bt_axes = step ? "bh" : bthd ? "bth" : "bht";
+    const char *bt_shape = step ? "[B, H]" : bthd ? "[B, T, H]" : "[B, H, T]";
+
+    view q = {0}, k = {0}, v = {0}, g = {0}, beta = {0}, o = {0}, s = {0}, z = {0};
+    PyObject *ret = NULL;
+    if (acquire(args[2], "q", qk_axes, qk_shape, 0, &q) ||
+        acquire(args[3], "k", qk_axes, qk_shape, 0, &k) ||
+        acquire(args[4], "v", qk_axes, v_shape, 0, &v) ||
+        acquire(args[7], "o", qk_axes, v_shape, 1, &o))
+        goto done;
+    const int64_t B = q.n[0], Hq = q.n[1], T = q.n[2], dk = q.n[3];
+    const int64_t H = v.n[1], dv = v.n[3];
+    if (same(&k, "k", "batch", 0, B) || same(&k, "k", "heads", 1, Hq) ||
+        same(&k, "k", "tokens", 2, T) || same(&k, "k", "K", 3, dk) ||
+        same(&v, "v", "batch", 0, B) || same(&v, "v", "tokens", 2, T) ||
+        same(&o, "o", "batch", 0, B) || same(&o, "o", "heads", 1, H) ||
+        same(&o, "o", "tokens", 2, T) || same(&o, "o", "V", 3, dv))
+        goto done;
+
+    if (g_obj != Py_None && gate != LINATTN_GATE_NONE) {
+        const char *axes, *shape;
+        int gnd = -1;
+        if (gate == LINATTN_GATE_HEAD) {
+            gnd = step ? 1 : ndim_of(g_obj);
+            axes = gnd == 2 ? "bh" : "h";
+            shape = gnd == 2 ? "[B, H]" : "[H]";
+        } else if (gate == LINATTN_GATE_TOKEN) {
+            axes = bt_axes;
+            shape = bt_shape;
+        } else {
+            axes = qk_axes;
+            shape = step ? "[B, H, K]" : bthd ? "[B, T, H, K]" : "[B, H, T, K]";
+        }
+        if (acquire(g_obj, "g", axes, shape, 0, &g))
+            goto done;
+        if ((gnd != 1 && same(&g, "g", "batch", 0, B)) || same(&g, "g", "heads", 1, H) ||
+            (gate != LINATTN_GATE_HEAD && same(&g, "g", "tokens", 2, T)) ||
+            (gate == LINATTN_GATE_CHANNEL && same(&g, "g", "K", 3, dk)))
+            goto done;
+    }
+    if (delta && beta_obj != Py_None) {
+        if (acquire(beta_obj, "beta", bt_axes, bt_shape, 0, &beta) ||
+            same(&beta, "beta", "batch", 0, B) || same(&beta, "beta", "heads", 1, H) ||
+            same(&beta, "beta", "tokens", 2, T))
+            goto done;
+    }
+    if (s_obj != Py_None) {
+        const int64_t want[4] = {B, H, dk, dv};
+        if (acquire_packed(s_obj, "s", "[B, H, K, V]", 4, want, &s))
+            goto done;
+    }
+    if (z_obj != Py_None) {
+        const int64_t want[3] = {B, H, dk};
+        if (acquire_packed(z_obj, "z", "[B, H, K]", 3, want, &z))
+            goto done;
+    }
+
+    linattn_config cfg;
+    if (step)
+        linattn_config_init_step(&cfg, B, H, dk, dv);
+    else
+        linattn_config_init(&cfg, B, H, T, dk, dv);
+    cfg.phi = (linattn_phi)phi;
+    cfg.gate = (linattn_gate)gate;
+    cfg.algo = (linattn_algo)algo;
+    cfg.causal = (int)causal;
+    cfg.normalize = (int)normalize;
+    cfg.eps = (float)eps;
+    cfg.scale = (float)scale;
+    cfg.chunk = chunk;
+    cfg.num_threads = (int)threads;
+    cfg.qk_heads = Hq == H ? 0 : Hq;
+    cfg.head_map = (linattn_head_map)head_map;
+    cfg.qk_l2norm = (int)l2;
+    cfg.q = strides_of(&q);
+    cfg.k = strides_of(&k);
+    cfg.v = strides_of(&v);
+    cfg.o = strides_of(&o);
+    if (g.held)
+        cfg.g = strides_of(&g);
+    if (beta.held)
+        cfg.beta = strides_of(&beta);
+
+    const float *gp = g.held ? g.buf.buf : NULL, *bp = beta.held ? beta.buf.buf : NULL;
+    float *sp = s.held ? s.buf.buf : NULL, *zp = z.held ? z.buf.buf : NULL;
+    linattn_status st;
+    Py_BEGIN_ALLOW_THREADS
+    switch (kind) {
+    case RUN_FORWARD:
+        st = linattn_forward(&cfg, q.buf.buf, k.buf.buf, v.buf.buf, gp, o.buf.buf, sp, zp);
+        break;
+    case RUN_STEP:
+        st = linattn_step(&cfg, q.buf.buf, k.buf.buf, v.buf.buf, gp, o.buf.buf, sp, zp);
+        break;
+    case RUN_DELTA_FORWARD:
+        st = linattn_delta_forward(&cfg, q.buf.buf, k.buf.buf, v.buf.buf, gp, bp, o.buf.buf, sp);
+        break;
+    default:
+        st = linattn_delta_step(&cfg, q.buf.buf, k.buf.buf, v.buf.buf, gp, bp, o.buf.buf, sp);
+        break;
+    }
+    Py_END_ALLOW_THREADS
+    if (st != LINATTN_OK) {
+        raise_status(st);
+        goto done;
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    release(&q);
+    release(&k);
+    release(&v);
+    release(&g);
+    release(&beta);
+    release(&o);
+    release(&s);
+    release(&z);
+    return ret;
+}
+
+static PyObject *isa_name(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const long i = PyLong_AsLong(arg);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    return PyUnicode_FromString(linattn_isa_name((linattn_isa)i));
+}
+
+static PyObject *get_isa(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyLong_FromLong((long)linattn_get_isa());
+}
+
+static PyObject *set_isa(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const long i = PyLong_AsLong(arg);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    const linattn_status st = linattn_set_isa((linattn_isa)i);
+    if (st != LINATTN_OK)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *isa_available(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const long i = PyLong_AsLong(arg);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(linattn_isa_available((linattn_isa)i));
+}
+
+static PyObject *version(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(linattn_version());
+}
+
+static PyObject *last_error(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(linattn_last_error());
+}
+
+/* The C call alone on a prepared decode step, for bench_overhead.py:
+ * step_loop(q, k, v, o, s, z, n) runs linattn_step n times (contiguous
+ * [B, H, D] buffers, elu1, normalised, no gate) and returns seconds. */
+static PyObject *step_loop(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "step_loop(q, k, v, o, s, z, n)");
+        return NULL;
+    }
+    long long n;
+    if (as_long(args[6], "n", 1, LLONG_MAX, &n))
+        return NULL;
+    view q, k, v, o, s, z;
+    PyObject *ret = NULL;
+    if (acquire(args[0], "q", "bhd", "[B, H, K]", 0, &q))
+        return NULL;
+    if (acquire(args[1], "k", "bhd", "[B, H, K]", 0, &k))
+        goto k_fail;
+    if (acquire(args[2], "v", "bhd", "[B, H, V]", 0, &v))
+        goto v_fail;
+    if (acquire(args[3], "o", "bhd", "[B, H, V]", 1, &o))
+        goto o_fail;
+    const int64_t ws[4] = {q.n[0], q.n[1], q.n[3], v.n[3]};
+    if (acquire_packed(args[4], "s", "[B, H, K, V]", 4, ws, &s))
+        goto s_fail;
+    if (acquire_packed(args[5], "z", "[B, H, K]", 3, ws, &z))
+        goto z_fail;
+    linattn_config cfg;
+    linattn_config_init_step(&cfg, q.n[0], q.n[1], q.n[3], v.n[3]);
+    cfg.num_threads = 1;
+    linattn_status st = LINATTN_OK;
+    PyObject *time = PyImport_ImportModule("time");
+    if (time == NULL)
+        goto fail;
+    PyObject *clock = PyObject_GetAttrString(time, "perf_counter");
+    Py_DECREF(time);
+    if (clock == NULL)
+        goto fail;
+    PyObject *t0 = PyObject_CallNoArgs(clock);
+    for (long long i = 0; i < n && st == LINATTN_OK; i++)
+        st = linattn_step(&cfg, q.buf.buf, k.buf.buf, v.buf.buf, NULL, o.buf.buf, s.buf.buf,
+                          z.buf.buf);
+    PyObject *t1 = PyObject_CallNoArgs(clock);
+    Py_DECREF(clock);
+    if (st != LINATTN_OK) {
+        raise_status(st);
+    } else if (t0 && t1) {
+        ret = PyFloat_FromDouble(PyFloat_AsDouble(t1) - PyFloat_AsDouble(t0));
+    }
+    Py_XDECREF(t0);
+    Py_XDECREF(t1);
+fail:
+    release(&z);
+z_fail:
+    release(&s);
+s_fail:
+    release(&o);
+o_fail:
+    release(&v);
+v_fail:
+    release(&k);
+k_fail:
+    release(&q);
+    return ret;
+}
+
+static PyMethodDef methods[] = {
+    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "Run one linattn entry point."},
+    {"step_loop", (PyCFunction)(void (*)(void))step_loop, METH_FASTCALL,
+     "Time n bare linattn_step calls."},
+    {"isa_name", isa_name, METH_O, "Name of an ISA number."},
+    {"get_isa", get_isa, METH_NOARGS, "The active ISA number."},
+    {"set_isa", set_isa, METH_O, "Make an ISA number active."},
+    {"isa_available", isa_available, METH_O, "Whether an ISA number can run here."},
+    {"version", version, METH_NOARGS, "The C library's version."},
+    {"last_error", last_error, METH_NOARGS, "Why the last call on this thread failed."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "linattn._ext", "linattn's C API over the buffer protocol.", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__ext(void)
+{
+    if (!(s_is_cpu = PyUnicode_InternFromString("is_cpu")) ||
+        !(s_dtype = PyUnicode_InternFromString("dtype")) ||
+        !(s_shape = PyUnicode_InternFromString("shape")) ||
+        !(s_stride = PyUnicode_InternFromString("stride")) ||
+        !(s_data_ptr = PyUnicode_InternFromString("data_ptr")) ||
+        !(s_device = PyUnicode_InternFromString("device")))
+        return NULL;
+    return PyModule_Create(&module);
+}

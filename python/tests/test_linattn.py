@@ -1,0 +1,800 @@
+"""linattn's Python package against float64 references written from the maths.
+
+The references below run the recurrences token by token in float64:
+
+  additive: S_t = L_t S_{t-1} + kh_t v_t^T,  z_t = L_t z_{t-1} + kh_t,
+            o_t = qh_t^T S_t [/ (qh_t . z_t + eps)]
+  delta:    S = L_t S;  u = beta_t (v_t - S^T kh_t);  S += kh_t u^T;  o_t = S^T qh_t
+
+with qh = scale * nrm(phi(q)), kh = nrm(phi(k)), L_t = exp(g) (per head,
+token or key channel) and nrm the optional L2 normalisation.
+"""
+
+import numpy as np
+import pytest
+
+import linattn
+
+RNG = np.random.default_rng(1234)
+
+
+# --- references (float64, [B, H, T, D]) ------------------------------------
+
+def phi_ref(x, phi):
+    if phi == 'elu1':
+        return np.where(x > 0, x + 1, np.exp(np.minimum(x, 0)))
+    if phi == 'relu':
+        return np.maximum(x, 0)
+    return x
+
+
+def nrm_ref(x):
+    return x / np.sqrt((x * x).sum(-1, keepdims=True) + 1e-6)
+
+
+def expand_heads(x, H, head_map='grouped'):
+    """q/k [B, Hk, T, K] -> [B, H, T, K] as the value heads read them."""
+    Hk = x.shape[1]
+    if Hk == H:
+        return x
+    return np.repeat(x, H // Hk, axis=1) if head_map == 'grouped' else np.tile(x, (1, H // Hk, 1, 1))
+
+
+def decay_ref(g, gate, B, H, T, K):
+    """exp(g) as [B, H, T, K] (broadcast over channels when per head/token)."""
+    g = np.asarray(g, np.float64)
+    if gate == 'none':
+        lg = np.zeros((B, H, T, 1))
+    elif gate == 'head':
+        lg = np.broadcast_to(g.reshape(-1, H)[:, :, None, None], (B, H, T, 1))
+    elif gate == 'token':
+        lg = g[..., None]
+    else:
+        lg = g
+    return np.broadcast_to(np.exp(lg), (B, H, T, K))
+
+
+def additive_ref(q, k, v, g=None, gate='none', phi='elu1', scale=1.0, normalize=True, eps=1e-6,
+                 s0=None, z0=None, causal=True, qk_l2norm=False, head_map='grouped'):
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    B, H, T, V = v.shape
+    q, k = expand_heads(q, H, head_map), expand_heads(k, H, head_map)
+    K = q.shape[-1]
+    qh, kh = phi_ref(q, phi), phi_ref(k, phi)
+    if qk_l2norm:
+        qh, kh = nrm_ref(qh), nrm_ref(kh)
+    qh = qh * scale
+    S = np.zeros((B, H, K, V)) if s0 is None else np.array(s0, np.float64)
+    z = np.zeros((B, H, K)) if z0 is None else np.array(z0, np.float64)
+    o = np.empty((B, H, T, V))
+    if not causal:
+        S = S + np.einsum('bhtk,bhtv->bhkv', kh, v)
+        z = z + kh.sum(2)
+        o = np.einsum('bhtk,bhkv->bhtv', qh, S)
+        if normalize:
+            o /= np.einsum('bhtk,bhk->bht', qh, z)[..., None] + eps
+        return o, S, z
+    L = decay_ref(g, gate, B, H, T, K)
+    for t in range(T):
+        S = L[:, :, t, :, None] * S + kh[:, :, t, :, None] * v[:, :, t, None, :]
+        z = L[:, :, t] * z + kh[:, :, t]
+        o[:, :, t] = np.einsum('bhk,bhkv->bhv', qh[:, :, t], S)
+        if normalize:
+            o[:, :, t] /= np.einsum('bhk,bhk->bh', qh[:, :, t], z)[..., None] + eps
+    return o, S, z
+
+
+def delta_ref(q, k, v, beta, g=None, gate='none', phi='identity', scale=1.0, s0=None,
+              qk_l2norm=False, head_map='grouped'):
+    q, k, v, beta = (np.asarray(x, np.float64) for x in (q, k, v, beta))
+    B, H, T, V = v.shape
+    q, k = expand_heads(q, H, head_map), expand_heads(k, H, head_map)
+    K = q.shape[-1]
+    qh, kh = phi_ref(q, phi), phi_ref(k, phi)
+    if qk_l2norm:
+        qh, kh = nrm_ref(qh), nrm_ref(kh)
+    qh = qh * scale
+    S = np.zeros((B, H, K, V)) if s0 is None else np.array(s0, np.float64)
+    L = decay_ref(g, gate, B, H, T, K)
+    o = np.empty((B, H, T, V))
+    for t in range(T):
+        S = L[:, :, t, :, None] * S
+        u = beta[:, :, t, None] * (v[:, :, t] - np.einsum('bhkv,bhk->bhv', S, kh[:, :, t]))
+        S = S + kh[:, :, t, :, None] * u[:, :, None, :]
+        o[:, :, t] = np.einsum('bhkv,bhk->bhv', S, qh[:, :, t])
+    return o, S
+
+
+def bthd(x):
+    """[B, T, H, ...] <-> [B, H, T, ...]"""
+    return None if x is None else np.swapaxes(np.asarray(x), 1, 2)
+
+
+def close(got, want, tol=3e-4):
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    scale = max(1.0, float(np.abs(want).max(initial=0)))
+    err = float(np.abs(got - want).max(initial=0))
+    assert err <= tol * scale, f'max error {err:.3g} > {tol * scale:.3g}'
+
+
+# --- inputs -----------------------------------------------------------------
+
+def f32(*shape, lo=-1.0, hi=1.0):
+    return RNG.uniform(lo, hi, shape).astype(np.float32)
+
+
+def make_gate(gate, B, H, T, K, layout='bhtd', lo=-2.0):
+    if gate == 'none':
+        return None
+    if gate == 'head':
+        return f32(H, lo=lo, hi=-0.01)
+    shape = (B, H, T) if gate == 'token' else (B, H, T, K)
+    if layout == 'bthd':
+        shape = (B, T, H) + shape[3:]
+    return f32(*shape, lo=lo, hi=0.0)
+
+
+def gate_bhtd(g, gate, layout):
+    if g is None or gate == 'head' or layout == 'bhtd':
+        return g
+    return bthd(g)
+
+
+B, H, K, V = 2, 3, 5, 7  # odd feature sizes on purpose
+
+
+# --- low-level: forward -----------------------------------------------------
+
+@pytest.mark.parametrize('T', [1, 17, 70])
+@pytest.mark.parametrize('gate', ['none', 'head', 'token', 'channel'])
+@pytest.mark.parametrize('algo', ['auto', 'chunked', 'recurrent'])
+@pytest.mark.parametrize('phi,normalize', [('elu1', True), ('relu', False),
+                                           ('identity', False)])
+def test_forward(T, gate, algo, phi, normalize):
+    q, k, v = f32(B, H, T, K), f32(B, H, T, K), f32(B, H, T, V, lo=-0.3, hi=5)
+    g = make_gate(gate, B, H, T, K)
+    s0, z0 = f32(B, H, K, V), f32(B, H, K, lo=0, hi=1)
+    s, z = s0.copy(), z0.copy()
+    o = linattn.forward(q, k, v, g, s=s, z=z, phi=phi, normalize=normalize, algo=algo,
+                        scale=0.7, chunk=16 if algo == 'chunked' else 0)
+    want, S, Z = additive_ref(q, k, v, g, gate, phi, 0.7, normalize, s0=s0, z0=z0)
+    close(o, want)
+    close(s, S)
+    if normalize:
+        close(z, Z)
+
+
+def test_forward_zero_state_and_defaults():
+    T = 9
+    q, k, v = f32(B, H, T, K), f32(B, H, T, K), f32(B, H, T, V)
+    o = linattn.forward(q, k, v)
+    close(o, additive_ref(q, k, v)[0])
+    assert o.dtype == np.float32 and o.shape == (B, H, T, V) and o.flags.c_contiguous
+
+
+def test_forward_noncausal():
+    T = 11
+    q, k, v = f32(B, H, T, K), f32(B, H, T, K), f32(B, H, T, V)
+    s, z = np.zeros((B, H, K, V), np.float32), np.zeros((B, H, K), np.float32)
+    o = linattn.forward(q, k, v, causal=False, s=s, z=z)
+    want, S, Z = additive_ref(q, k, v, causal=False)
+    close(o, want)
+    close(s, S)
+    close(z, Z)
+
+
+def test_forward_layout_bthd_and_out():
+    T = 13
+    q, k, v = f32(B, T, H, K), f32(B, T, H, V)[..., :K].copy(), f32(B, T, H, V)
+    g = make_gate('channel', B, H, T, K, 'bthd')
+    o = np.full((B, T, H, V), np.nan, np.float32)
+    got = linattn.forward(q, k, v, g, o=o, layout='bthd', phi='identity', normalize=False)
+    assert got is o
+    close(o, bthd(additive_ref(bthd(q), bthd(k), bthd(v), bthd(g), 'channel', 'identity',
+                               normalize=False)[0]))
+
+
+@pytest.mark.parametrize('head_map', ['grouped', 'tiled'])
+def test_forward_grouped_heads(head_map):
+    T, Hk, Hv = 10, 2, 6
+    q, k, v = f32(B, Hk, T, K), f32(B, Hk, T, K), f32(B, Hv, T, V)
+    g = make_gate('token', B, Hv, T, K)
+    o = linattn.forward(q, k, v, g, head_map=head_map, qk_l2norm=True)
+    close(o, additive_ref(q, k, v, g, 'token', head_map=head_map, qk_l2norm=True)[0])
+
+
+def test_forward_split_carries_state():
+    T = 40
+    q, k, v = f32(B, H, T, K), f32(B, H, T, K), f32(B, H, T, V)
+    g = make_gate('channel', B, H, T, K)
+    s, z = np.zeros((B, H, K, V), np.float32), np.zeros((B, H, K), np.float32)
+    o1 = linattn.forward(q[:, :, :25], k[:, :, :25], v[:, :, :25], g[:, :, :25], s=s, z=z)
+    o2 = linattn.forward(q[:, :, 25:], k[:, :, 25:], v[:, :, 25:], g[:, :, 25:], s=s, z=z)
+    close(np.concatenate([o1, o2], 2), additive_ref(q, k, v, g, 'channel')[0])
+
+
+def test_forward_threads_bitwise():
+    T = 50
+    q, k, v = f32(B, 4, T, K), f32(B, 4, T, K), f32(B, 4, T, V)
+    a = linattn.forward(q, k, v, num_threads=1)
+    b = linattn.forward(q, k, v, num_threads=2)
+    assert np.array_equal(a, b)
+
+
+# --- low-level: step --------------------------------------------------------
+
+@pytest.mark.parametrize('gate', ['none', 'head', 'token', 'channel'])
+@pytest.mark.parametrize('normalize', [True, False])
+def test_step(gate, normalize):
+    q, k, v = f32(B, H, K), f32(B, H, K), f32(B, H, V)
+    g = make_gate(gate, B, H, 1, K)
+    if gate in ('token', 'channel'):
+        g = g[:, :, 0]  # [B, H] / [B, H, K]
+    s0, z0 = f32(B, H, K, V), f32(B, H, K, lo=0, hi=1)
+    s, z = s0.copy(), z0.copy()
+    o = linattn.step(q, k, v, g, s=s, z=z if normalize else None, normalize=normalize)
+    gt = None if g is None else (g if gate == 'head' else g[:, :, None])
+    want, S, Z = additive_ref(q[:, :, None], k[:, :, None], v[:, :, None], gt, gate,
+                              normalize=normalize, s0=s0, z0=z0)
+    close(o, want[:, :, 0])
+    close(s, S)
+    if normalize:
+        close(z, Z)
+
+
+def test_step_sequence_matches_forward():
+    T = 12
+    q, k, v = f32(B, H, T, K), f32(B, H, T, K), f32(B, H, T, V)
+    s, z = np.zeros((B, H, K, V), np.float32), np.zeros((B, H, K), np.float32)
+    outs = [linattn.step(q[:, :, t], k[:, :, t], v[:, :, t], s=s, z=z) for t in range(T)]
+    close(np.stack(outs, 2), linattn.forward(q, k, v), tol=1e-5)
+
+
+# --- low-level: delta rule --------------------------------------------------
+
+@pytest.mark.parametrize('T', [1, 19, 70])
+@pytest.mark.parametrize('gate', ['none', 'head', 'token', 'channel'])
+@pytest.mark.parametrize('algo', ['auto', 'chunked', 'recurrent'])
+def test_delta_forward(T, gate, algo):
+    q, k, v = f32(B, H, T, K), f32(B, H, T, K), f32(B, H, T, V, lo=-0.3, hi=5)
+    beta = f32(B, H, T, lo=0, hi=1)
+    g = make_gate(gate, B, H, T, K)
+    s0 = f32(B, H, K, V)
+    s = s0.copy()
+    o = linattn.delta_forward(q, k, v, beta, g, s=s, qk_l2norm=True, algo=algo, scale=K ** -0.5)
+    want, S = delta_ref(q, k, v, beta, g, gate, scale=K ** -0.5, s0=s0, qk_l2norm=True)
+    close(o, want)
+    close(s, S)
+
+
+@pytest.mark.parametrize('gate', ['none', 'token', 'channel'])
+def test_delta_step(gate):
+    q, k, v, beta = f32(B, H, K), f32(B, H, K), f32(B, H, V), f32(B, H, lo=0, hi=2)
+    g = make_gate(gate, B, H, 1, K)
+    if g is not None:
+        g = g[:, :, 0]
+    s0 = f32(B, H, K, V)
+    s = s0.copy()
+    o = linattn.delta_step(q, k, v, beta, g, s=s, qk_l2norm=True)
+    want, S = delta_ref(q[:, :, None], k[:, :, None], v[:, :, None], beta[:, :, None],
+                        None if g is None else g[:, :, None], gate, s0=s0, qk_l2norm=True)
+    close(o, want[:, :, 0])
+    close(s, S)
+
+
+def test_delta_grouped_heads():
+    T, Hk, Hv = 15, 2, 4
+    q, k, v = f32(B, Hk, T, K), f32(B, Hk, T, K), f32(B, Hv, T, V)
+    beta, g = f32(B, Hv, T, lo=0, hi=1), make_gate('token', B, Hv, T, K)
+    o = linattn.delta_forward(q, k, v, beta, g, qk_l2norm=True)
+    close(o, delta_ref(q, k, v, beta, g, 'token', qk_l2norm=True)[0])
+
+
+# --- strided views ----------------------------------------------------------
+
+def test_strided_views_of_packed_qkv():
+    T = 21
+    qkv = f32(B, T, 3, H, 8)  # one projection output, sliced without copying
+    q, k, v = qkv[:, :, 0, :, :K], qkv[:, :, 1, :, :K], qkv[:, :, 2]
+    assert not q.flags.c_contiguous
+    g = make_gate('token', B, H, T, K, 'bthd')
+    o, _ = linattn.chunk_simple_gla(q, k, v, g, scale=0.5)
+    want = additive_ref(bthd(q), bthd(k), bthd(v), bthd(g), 'token', 'identity', 0.5, False)[0]
+    close(o, bthd(want))
+    # The same views through the low-level call, in the library's axis order.
+    o2 = linattn.forward(bthd(q), bthd(k), bthd(v), bthd(g), phi='identity', normalize=False,
+                         scale=0.5)
+    close(o2, want)
+
+
+def test_broadcast_shared_kv():
+    T = 8
+    q = f32(B, H, T, K)
+    k = np.broadcast_to(f32(B, 1, T, K), (B, H, T, K))  # head stride 0: multi-query
+    v = np.broadcast_to(f32(B, 1, T, V), (B, H, T, V))
+    o = linattn.forward(q, k, v)
+    close(o, additive_ref(q, k, v)[0])
+
+
+# --- fla-named functions ----------------------------------------------------
+
+def fla_inputs(T, Hk=H, Hv=H, lo=-1.0):
+    return (f32(B, T, Hk, K, lo=lo), f32(B, T, Hk, K, lo=lo), f32(B, T, Hv, V, lo=-0.3, hi=5))
+
+
+def fla_additive(q, k, v, g=None, gate='none', scale=None, s0=None, normalize=False,
+                 z0=None):
+    scale = K ** -0.5 if scale is None else scale
+    o, S, Z = additive_ref(bthd(q), bthd(k), bthd(v), gate_bhtd(g, gate, 'bthd'), gate,
+                           'identity', scale, normalize, 1e-10, s0, z0)
+    return bthd(o), S, Z
+
+
+@pytest.mark.parametrize('fn', ['chunk_linear_attn', 'fused_recurrent_linear_attn'])
+@pytest.mark.parametrize('normalize', [False, True])
+@pytest.mark.parametrize('T', [1, 33])
+def test_fla_linear_attn(fn, normalize, T):
+    q, k, v = fla_inputs(T, lo=0.1)  # positive features keep q . z away from 0
+    s0, z0 = f32(B, H, K, V), f32(B, 1, H, K, lo=0, hi=1)
+    init = (s0, z0) if normalize else s0
+    o, st = getattr(linattn, fn)(q, k, v, initial_state=init, output_final_state=True,
+                                 normalize=normalize)
+    want, S, Z = fla_additive(q, k, v, s0=s0, normalize=normalize, z0=z0.reshape(B, H, K))
+    close(o, want)
+    if normalize:
+        close(st[0], S)
+        close(st[1], Z.reshape(B, 1, H, K))
+    else:
+        close(st, S)
+    o2, st2 = getattr(linattn, fn)(q, k, v, normalize=normalize)
+    assert st2 is None
+    close(o2, fla_additive(q, k, v, normalize=normalize)[0])
+
+
+def test_fla_linear_attn_defaults():
+    import inspect
+    assert inspect.signature(linattn.chunk_linear_attn).parameters['normalize'].default is True
+    p = inspect.signature(linattn.fused_recurrent_linear_attn).parameters
+    assert p['normalize'].default is False and p['reverse'].default is False
+
+
+def test_fla_fused_recurrent_reverse():
+    T = 14
+    q, k, v = fla_inputs(T)
+    g = f32(B, T, H, lo=-1, hi=0)
+    o, st = linattn.fused_recurrent_simple_gla(q, k, v, g, reverse=True, output_final_state=True)
+    flip = lambda x: x[:, ::-1]
+    want, S, _ = fla_additive(flip(q), flip(k), flip(v), flip(g), 'token')
+    close(o, flip(want))
+    close(st, S)
+
+
+@pytest.mark.parametrize('fn', ['chunk_simple_gla', 'fused_recurrent_simple_gla'])
+@pytest.mark.parametrize('which', ['g', 'g_gamma', 'both', 'neither'])
+def test_fla_simple_gla(fn, which):
+    T = 29
+    q, k, v = fla_inputs(T)
+    g = f32(B, T, H, lo=-3, hi=0) if which in ('g', 'both') else None
+    gg = f32(H, lo=-1, hi=-0.01) if which in ('g_gamma', 'both') else None
+    s0 = f32(B, H, K, V)
+    o, st = getattr(linattn, fn)(q, k, v, g=g, g_gamma=gg, initial_state=s0,
+                                 output_final_state=True)
+    if which == 'both':
+        gt, gate = g + gg, 'token'
+    else:
+        gt, gate = (g, 'token') if g is not None else (gg, 'head') if gg is not None else (None, 'none')
+    want, S, _ = fla_additive(q, k, v, gt, gate, s0=s0)
+    close(o, want)
+    close(st, S)
+    assert not np.shares_memory(st, s0)
+
+
+@pytest.mark.parametrize('fn,gname', [('chunk_gla', 'g'), ('fused_recurrent_gla', 'gk')])
+@pytest.mark.parametrize('T', [1, 45])
+def test_fla_gla(fn, gname, T):
+    q, k, v = fla_inputs(T)
+    g = f32(B, T, H, K, lo=-5, hi=0)
+    s0 = f32(B, H, K, V)
+    o, st = getattr(linattn, fn)(q, k, v, **{gname: g}, scale=0.3, initial_state=s0,
+                                 output_final_state=True)
+    want, S, _ = fla_additive(q, k, v, g, 'channel', 0.3, s0)
+    close(o, want)
+    close(st, S)
+
+
+def test_fla_gla_state_v_first():
+    T = 6
+    q, k, v = fla_inputs(T)
+    g = f32(B, T, H, K, lo=-1, hi=0)
+    s0 = f32(B, H, V, K)
+    o, st = linattn.chunk_gla(q, k, v, g, initial_state=s0, output_final_state=True,
+                              state_v_first=True)
+    want, S, _ = fla_additive(q, k, v, g, 'channel', s0=s0.transpose(0, 1, 3, 2))
+    close(o, want)
+    close(st, S.transpose(0, 1, 3, 2))
+
+
+def test_fla_retention():
+    T, Hr = 37, 4
+    q, k, v = fla_inputs(T, Hr, Hr)
+    o, st = linattn.chunk_retention(q, k, v, output_final_state=True)
+    gamma = np.log(1 - 2.0 ** (-5.0 - np.arange(Hr)))  # RetNet's per-head decays
+    o_ref, S, _ = additive_ref(bthd(q), bthd(k), bthd(v), gamma, 'head', 'identity',
+                               K ** -0.5, False)
+    close(o, bthd(o_ref))
+    close(st, S)
+
+
+@pytest.mark.parametrize('fn', ['chunk_gated_delta_rule', 'fused_recurrent_gated_delta_rule'])
+@pytest.mark.parametrize('l2', [True, False])
+@pytest.mark.parametrize('T', [1, 40])
+def test_fla_gated_delta_rule(fn, l2, T):
+    Hk, Hv = 2, 4  # grouped value heads (fla's GVA)
+    q, k, v = fla_inputs(T, Hk, Hv)
+    if not l2:  # the unnormalised delta rule needs |k| small to stay stable
+        k = (k / np.sqrt(K)).astype(np.float32)
+    g, beta = f32(B, T, Hv, lo=-3, hi=0), f32(B, T, Hv, lo=0, hi=1)
+    s0 = f32(B, Hv, K, V)
+    o, st = getattr(linattn, fn)(q, k, v, g=g, beta=beta, initial_state=s0,
+                                 output_final_state=True, use_qk_l2norm_in_kernel=l2)
+    want, S = delta_ref(bthd(q), bthd(k), bthd(v), bthd(beta), bthd(g), 'token',
+                        scale=K ** -0.5, s0=s0, qk_l2norm=l2)
+    close(o, bthd(want))
+    close(st, S)
+
+
+def test_fla_fused_recurrent_gated_delta_rule_options():
+    T = 9
+    q, k, v = fla_inputs(T)
+    g, gk = f32(B, T, H, lo=-1, hi=0), f32(B, T, H, K, lo=-1, hi=0)
+    logits = f32(B, T, H, lo=-3, hi=3)
+    o, _ = linattn.fused_recurrent_gated_delta_rule(
+        q, k, v, g=g, gk=gk, beta=logits, use_qk_l2norm_in_kernel=True,
+        use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True)
+    beta = 2 / (1 + np.exp(-logits.astype(np.float64)))
+    want = delta_ref(bthd(q), bthd(k), bthd(v), bthd(beta), bthd(gk + g[..., None]), 'channel',
+                     scale=K ** -0.5, qk_l2norm=True)[0]
+    close(o, bthd(want))
+    # beta None means ones; no gate means the plain delta rule.
+    o, _ = linattn.fused_recurrent_gated_delta_rule(q, k, v, use_qk_l2norm_in_kernel=True)
+    close(o, bthd(delta_ref(bthd(q), bthd(k), bthd(v), np.ones((B, H, T)), scale=K ** -0.5,
+                            qk_l2norm=True)[0]))
+
+
+def test_fla_gated_delta_rule_gate_in_kernel():
+    T = 7
+    q, k, v = fla_inputs(T)
+    a, A_log, dt_bias = f32(B, T, H, lo=-2, hi=2), f32(H), f32(H)
+    beta = f32(B, T, H, lo=0, hi=1)
+    o, _ = linattn.chunk_gated_delta_rule(q, k, v, a, beta, use_qk_l2norm_in_kernel=True,
+                                          use_gate_in_kernel=True, A_log=A_log,
+                                          dt_bias=dt_bias)
+    x = a.astype(np.float64) + dt_bias
+    g = -np.exp(A_log.astype(np.float64)) * np.log1p(np.exp(x))
+    close(o, bthd(delta_ref(bthd(q), bthd(k), bthd(v), bthd(beta), bthd(g), 'token',
+                            scale=K ** -0.5, qk_l2norm=True)[0]))
+
+
+@pytest.mark.parametrize('fn', ['chunk_delta_rule', 'fused_recurrent_delta_rule'])
+def test_fla_delta_rule(fn):
+    T = 33
+    q, k, v = fla_inputs(T)
+    beta = f32(B, T, H, lo=0, hi=1)
+    s0 = f32(B, H, K, V)
+    o, st = getattr(linattn, fn)(q, k, v, beta, initial_state=s0, output_final_state=True,
+                                 use_qk_l2norm_in_kernel=True)
+    want, S = delta_ref(bthd(q), bthd(k), bthd(v), bthd(beta), scale=K ** -0.5, s0=s0,
+                        qk_l2norm=True)
+    close(o, bthd(want))
+    close(st, S)
+
+
+@pytest.mark.parametrize('fn', ['chunk_kda', 'fused_recurrent_kda'])
+@pytest.mark.parametrize('T', [1, 41])
+def test_fla_kda(fn, T):
+    Hk, Hv = 3, 6
+    q, k, v = fla_inputs(T, Hk, Hv)
+    g, beta = f32(B, T, Hv, K, lo=-5, hi=0), f32(B, T, Hv, lo=0, hi=1)
+    s0 = f32(B, Hv, K, V)
+    o, st = getattr(linattn, fn)(q, k, v, g, beta, initial_state=s0, output_final_state=True,
+                                 use_qk_l2norm_in_kernel=True)
+    want, S = delta_ref(bthd(q), bthd(k), bthd(v), bthd(beta), bthd(g), 'channel',
+                        scale=K ** -0.5, s0=s0, qk_l2norm=True)
+    close(o, bthd(want))
+    close(st, S)
+
+
+# --- cu_seqlens -------------------------------------------------------------
+
+CU_CASES = [
+    ('chunk_linear_attn', {'normalize': False}),
+    ('chunk_linear_attn', {'normalize': True}),
+    ('fused_recurrent_linear_attn', {'reverse': True}),
+    ('chunk_simple_gla', {'g': 'token'}),
+    ('chunk_gla', {'g': 'channel'}),
+    ('fused_recurrent_gla', {'gk': 'channel', 'reverse': True}),
+    ('chunk_retention', {}),
+    ('chunk_gated_delta_rule', {'g': 'token', 'beta': True, 'use_qk_l2norm_in_kernel': True}),
+    ('chunk_delta_rule', {'beta': True, 'use_qk_l2norm_in_kernel': True}),
+    ('chunk_kda', {'g': 'channel', 'beta': True, 'use_qk_l2norm_in_kernel': True}),
+]
+
+
+@pytest.mark.parametrize('fn,opts', CU_CASES, ids=[f'{f}-{i}' for i, (f, _) in enumerate(CU_CASES)])
+def test_cu_seqlens_matches_one_call_per_sequence(fn, opts):
+    lens = [5, 1, 12, 7]
+    cu = np.cumsum([0] + lens)
+    T, N = cu[-1], len(lens)
+    q, k, v = f32(1, T, H, K, lo=0.1), f32(1, T, H, K, lo=0.1), f32(1, T, H, V)
+    kw = dict(opts)
+    args = [q, k, v]
+    if 'g' in kw or 'gk' in kw:
+        name = 'g' if 'g' in kw else 'gk'
+        kw[name] = f32(1, T, H, lo=-2, hi=0) if kw[name] == 'token' else f32(1, T, H, K, lo=-2, hi=0)
+    if kw.pop('beta', False):
+        kw['beta'] = f32(1, T, H, lo=0, hi=1)
+    normalize = kw.get('normalize', False)
+    s0 = f32(N, H, K, V)
+    z0 = f32(N, 1, H, K, lo=0, hi=1)
+    init = (s0, z0) if normalize else s0
+    f = getattr(linattn, fn)
+    o, st = f(*args, initial_state=init, output_final_state=True, cu_seqlens=cu, **kw)
+    for n in range(N):
+        sl = slice(cu[n], cu[n + 1])
+        kwn = {a: (b[:, sl] if isinstance(b, np.ndarray) else b) for a, b in kw.items()}
+        initn = (s0[n:n + 1], z0[n:n + 1]) if normalize else s0[n:n + 1]
+        on, stn = f(q[:, sl], k[:, sl], v[:, sl], initial_state=initn, output_final_state=True,
+                    **kwn)
+        close(o[:, sl], on, tol=1e-5)
+        if normalize:
+            close(st[0][n:n + 1], stn[0], tol=1e-5)
+            close(st[1][n:n + 1], stn[1], tol=1e-5)
+        else:
+            close(st[n:n + 1], stn, tol=1e-5)
+
+
+def test_cu_seqlens_as_list_and_torch_style_errors():
+    q, k, v = fla_inputs(6)
+    with pytest.raises(ValueError, match='batch size'):
+        linattn.chunk_simple_gla(q, k, v, cu_seqlens=[0, 3, 6])
+    q, k, v = q[:1], k[:1], v[:1]
+    with pytest.raises(ValueError, match='cu_seqlens'):
+        linattn.chunk_simple_gla(q, k, v, cu_seqlens=[0, 3, 5])
+    with pytest.raises(ValueError, match='initial_state'):
+        linattn.chunk_simple_gla(q, k, v, cu_seqlens=[0, 3, 6], initial_state=f32(1, H, K, V))
+    o, st = linattn.chunk_simple_gla(q, k, v, cu_seqlens=[0, 3, 6], output_final_state=True)
+    assert st.shape == (2, H, K, V)
+
+
+# --- torch ------------------------------------------------------------------
+
+def _torch():
+    return pytest.importorskip('torch', reason='torch is not installed')
+
+
+def test_torch_fla_functions_return_tensors():
+    torch = _torch()
+    T = 19
+    qkv = torch.rand(B, T, 3, H, 8) * 2 - 1
+    q, k, v = qkv[:, :, 0, :, :K], qkv[:, :, 1, :, :K], qkv[:, :, 2]
+    g = torch.nn.functional.logsigmoid(torch.randn(B, T, H, K))
+    s0 = torch.randn(B, H, K, 8)
+    o, st = linattn.chunk_gla(q, k, v, g, initial_state=s0, output_final_state=True)
+    assert isinstance(o, torch.Tensor) and isinstance(st, torch.Tensor)
+    assert o.dtype == torch.float32 and o.shape == (B, T, H, 8)
+    o_np, st_np = linattn.chunk_gla(q.numpy(), k.numpy(), v.numpy(), g.numpy(),
+                                    initial_state=s0.numpy(), output_final_state=True)
+    assert np.array_equal(o.numpy(), o_np) and np.array_equal(st.numpy(), st_np)
+    want, S, _ = fla_additive(q.numpy(), k.numpy(), v.numpy(), g.numpy(), 'channel',
+                              s0=s0.numpy())
+    close(o, want)
+    close(st, S)
+
+
+def test_torch_delta_and_low_level():
+    torch = _torch()
+    T = 11
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+    g = torch.nn.functional.logsigmoid(torch.randn(B, T, H))
+    beta = torch.rand(B, T, H)
+    o, st = linattn.chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True,
+                                           output_final_state=True)
+    assert isinstance(o, torch.Tensor) and isinstance(st, torch.Tensor)
+    close(o, bthd(delta_ref(bthd(q.numpy()), bthd(k.numpy()), bthd(v.numpy()),
+                            bthd(beta.numpy()), bthd(g.numpy()), 'token', scale=K ** -0.5,
+                            qk_l2norm=True)[0]))
+    # Low level: o is a tensor; s as a tensor is updated in place.
+    s = torch.zeros(B, H, K, V)
+    z = torch.zeros(B, H, K)
+    ot = linattn.step(q[:, 0], k[:, 0], v[:, 0], s=s, z=z)
+    assert isinstance(ot, torch.Tensor)
+    assert float(s.abs().sum()) > 0
+
+
+def test_torch_requires_grad_input_is_used_without_copy():
+    torch = _torch()
+    q = torch.randn(B, H, 4, K, requires_grad=True)
+    k, v = torch.randn(B, H, 4, K), torch.randn(B, H, 4, V)
+    o = linattn.forward(q, k, v)
+    close(o, additive_ref(q.detach().numpy(), k.numpy(), v.numpy())[0])
+
+
+def test_torch_errors():
+    torch = _torch()
+    q = torch.randn(B, 4, H, K)
+    with pytest.raises(TypeError, match='float32'):
+        linattn.chunk_simple_gla(q.double(), q.double(), q.double())
+    with pytest.raises(ValueError, match='CPU'):
+        meta = torch.empty(B, 4, H, K, device='meta')
+        linattn.chunk_simple_gla(meta, meta, meta)
+    with pytest.raises(ValueError, match='contiguous'):
+        qt = torch.randn(B, 4, H, 2 * K)[..., ::2]
+        linattn.chunk_simple_gla(qt, qt, qt)
+    # The low-level calls read tensors in the extension itself.
+    v = torch.randn(B, H, 4, V)
+    with pytest.raises(ValueError, match='meta'):
+        meta = torch.empty(B, H, 4, K, device='meta')
+        linattn.forward(meta, meta, v, o=torch.empty(B, H, 4, V))
+    with pytest.raises(TypeError, match='float32'):
+        linattn.forward(q.double(), q.double(), v)
+    with pytest.raises(TypeError, match='dense'):
+        sp = torch.randn(B, H, 4, K).to_sparse()
+        linattn.forward(sp, sp, v)
+    with pytest.raises(ValueError, match='contiguous'):
+        qt = torch.randn(B, H, 4, 2 * K)[..., ::2]
+        linattn.forward(qt, qt, v)
+    o = torch.full((B, H, 4, V), 7.0)
+    g = torch.full((B, H, 4), 0.25)
+    with pytest.raises(ValueError, match='log'):
+        linattn.forward(torch.randn(B, H, 4, K), torch.randn(B, H, 4, K), v, g, o=o)
+    assert bool((o == 7.0).all())
+
+
+# --- errors: a Python exception, nothing written ----------------------------
+
+def sentinel_outputs(shape_o, shape_s):
+    return np.full(shape_o, 7.0, np.float32), np.full(shape_s, 3.0, np.float32)
+
+
+def assert_untouched(o, s):
+    assert (o == 7.0).all() and (s == 3.0).all()
+
+
+def test_error_dtype():
+    q = f32(B, H, 4, K)
+    with pytest.raises(TypeError, match='float32'):
+        linattn.forward(q.astype(np.float64), q, q)
+    with pytest.raises(TypeError, match='float32'):
+        linattn.forward(q, q.astype(np.float16), q)
+    with pytest.raises(TypeError, match='numpy array'):
+        linattn.forward(q.tolist(), q, q)
+
+
+def test_error_last_dim_not_contiguous():
+    q = f32(B, H, 4, 2 * K)[..., ::2]
+    o, s = sentinel_outputs((B, H, 4, K), (B, H, K, K))
+    with pytest.raises(ValueError, match='last dimension must be contiguous'):
+        linattn.forward(q, q, f32(B, H, 4, K), o=o, s=s, z=np.zeros((B, H, K), np.float32))
+    assert_untouched(o, s)
+
+
+def test_error_mismatched_shapes():
+    q, v = f32(B, H, 4, K), f32(B, H, 4, V)
+    with pytest.raises(ValueError, match='k: tokens'):
+        linattn.forward(q, f32(B, H, 5, K), v)
+    with pytest.raises(ValueError, match='v: batch'):
+        linattn.forward(q, q, f32(B + 1, H, 4, V))
+    with pytest.raises(ValueError, match='expected 4 dimensions'):
+        linattn.forward(q[0], q[0], v[0])
+    with pytest.raises(ValueError, match='o: V'):
+        linattn.forward(q, q, v, o=np.empty((B, H, 4, V + 1), np.float32))
+    with pytest.raises(ValueError, match='g: tokens'):
+        linattn.forward(q, q, v, f32(B, H, 5, lo=-1, hi=0))
+    with pytest.raises(ValueError, match='s: expected shape'):
+        linattn.forward(q, q, v, s=np.zeros((B, H, V, K), np.float32),
+                        z=np.zeros((B, H, K), np.float32))
+    with pytest.raises(ValueError, match='C-contiguous'):
+        s = np.zeros((B, H, V, K), np.float32).transpose(0, 1, 3, 2)
+        linattn.forward(q, q, v, s=s, z=np.zeros((B, H, K), np.float32))
+    with pytest.raises(ValueError, match='initial_state'):
+        linattn.chunk_simple_gla(bthd(q), bthd(q), bthd(v), initial_state=f32(B, H, V, K))
+
+
+def test_error_library_messages_and_nothing_written():
+    T = 6
+    q, v = f32(B, H, T, K), f32(B, H, T, V)
+    o, s = sentinel_outputs((B, H, T, V), (B, H, K, V))
+    z = np.full((B, H, K), 3.0, np.float32)
+    g = f32(B, H, T, lo=-1, hi=0)
+    g[1, 2, 4] = 0.5
+    with pytest.raises(ValueError, match=r'g\[b=1,h=2,t=4\].*log'):
+        linattn.forward(q, q, v, g, o=o, s=s, z=z)
+    assert_untouched(o, s)
+    assert (z == 3.0).all()
+    assert 'g[b=1,h=2,t=4]' in linattn.last_error()
+    with pytest.raises(ValueError, match='eps'):
+        linattn.forward(q, q, v, o=o, s=s, z=z, eps=-1.0)
+    with pytest.raises(ValueError, match='stride'):  # a reversed view: negative strides
+        linattn.forward(q[:, :, ::-1], q, v, o=o, s=s, z=z)
+    with pytest.raises(ValueError, match='overlap'):
+        linattn.forward(q, q, v, o=v)
+    with pytest.raises(ValueError):
+        linattn.forward(q, q, v, o=o, s=s, z=z, chunk=-1)
+    with pytest.raises(ValueError):  # s and z come as a pair when normalising
+        linattn.forward(q, q, v, o=o, s=s)
+    with pytest.raises(ValueError):  # a gate needs causal
+        linattn.forward(q, q, v, g, o=o, causal=False)
+    assert_untouched(o, s)
+    with pytest.raises(ValueError, match='beta'):
+        bad = f32(B, H, T, lo=0, hi=1)
+        bad[0, 0, 0] = 3.0
+        linattn.delta_forward(q, q, v, bad, o=o, s=s)
+    with pytest.raises(ValueError, match='normalize'):
+        linattn.delta_forward(q, q, v, f32(B, H, T, lo=0, hi=1), o=o, s=s, normalize=True)
+    with pytest.raises(ValueError):  # q/k heads must divide the value heads
+        linattn.forward(f32(B, 2, T, K), f32(B, 2, T, K), v, o=o)
+    assert_untouched(o, s)
+    with pytest.raises(ValueError):  # step needs s
+        linattn.step(q[:, :, 0], q[:, :, 0], v[:, :, 0], s=None)
+    assert linattn.last_error()
+
+
+def test_error_read_only_output_and_bad_names():
+    q, v = f32(B, H, 3, K), f32(B, H, 3, V)
+    o = np.empty((B, H, 3, V), np.float32)
+    o.flags.writeable = False
+    with pytest.raises(ValueError, match='read-only'):
+        linattn.forward(q, q, v, o=o)
+    for kw in ({'phi': 'gelu'}, {'algo': 'fast'}, {'gate': 'daily'}, {'head_map': 'x'},
+               {'layout': 'thbd'}):
+        with pytest.raises(ValueError, match='expected one of'):
+            linattn.forward(q, q, v, **kw)
+    with pytest.raises(ValueError, match='gate'):
+        linattn.forward(q, q, v, f32(B, H, 3, lo=-1, hi=0), gate='none')
+    with pytest.raises(ValueError, match='no gate kind'):
+        linattn.forward(q, q, v, f32(1, B, H, 3, K, lo=-1, hi=0))
+
+
+def test_error_fla_unsupported_options():
+    q, k, v = fla_inputs(3)
+    with pytest.raises(NotImplementedError):
+        linattn.fused_recurrent_gla(q, k, v, gv=f32(B, 3, H, V, lo=-1, hi=0))
+    with pytest.raises(ValueError, match='allow_neg_eigval'):
+        linattn.chunk_gated_delta_rule(q, k, v, f32(B, 3, H, lo=-1, hi=0),
+                                       f32(B, 3, H, lo=0, hi=1), allow_neg_eigval=True)
+    with pytest.raises(DeprecationWarning):
+        linattn.chunk_simple_gla(q, k, v, head_first=True)
+
+
+# --- ISA selection ----------------------------------------------------------
+
+def test_isa_selection():
+    names = ['scalar', 'avx2', 'avx512', 'neon']
+    best = linattn.isa()
+    assert best in names
+    assert linattn.isa_available('scalar') and linattn.isa_available('auto')
+    T = 30
+    q, k, v = f32(B, H, T, K), f32(B, H, T, K), f32(B, H, T, V)
+    g = make_gate('channel', B, H, T, K)
+    want = additive_ref(q, k, v, g, 'channel')[0]
+    try:
+        for name in names:
+            if linattn.isa_available(name):
+                linattn.set_isa(name)
+                assert linattn.isa() == name
+                close(linattn.forward(q, k, v, g), want)
+            else:
+                with pytest.raises(RuntimeError):
+                    linattn.set_isa(name)
+    finally:
+        linattn.set_isa('auto')
+    assert linattn.isa() == best
+    with pytest.raises(ValueError):
+        linattn.set_isa('sse9')
+
+
+def test_version():
+    assert linattn.version().count('.') == 2
+    assert linattn.__version__ == linattn.version()

@@ -1,0 +1,116 @@
+/* The AVX2 + FMA vocabulary: the table's tail-safe loads and stores, exp of
+ * decays, feature maps and reductions, and the generic names (vf_*) the
+ * kernels written once for every ISA use (delta_kernels.h). Only files
+ * compiled with -mavx2 -mfma include it. */
+#ifndef LINATTN_SIMD256_H
+#define LINATTN_SIMD256_H
+
+#include <immintrin.h>
+#include <sleef.h>
+#include <stdint.h>
+
+#include "../gate.h"
+#include "linattn.h"
+
+#define LA_INLINE static inline __attribute__((always_inline))
+
+/* Lanes l < w (w clamped to 0..8). */
+LA_INLINE __m256i lane_mask(int64_t w)
+{
+    const int n = w < 0 ? 0 : w > 8 ? 8 : (int)w;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+LA_INLINE __m256i lane_mask64(int64_t w)
+{
+    const int64_t n = w < 0 ? 0 : w > 4 ? 4 : w;
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+}
+
+/* w >= 8: a plain unaligned access; else only the first w lanes are touched. */
+LA_INLINE __m256 load8(const float *p, int64_t w)
+{
+    return w >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lane_mask(w));
+}
+
+LA_INLINE void store8(float *p, __m256 x, int64_t w)
+{
+    if (w >= 8)
+        _mm256_storeu_ps(p, x);
+    else
+        _mm256_maskstore_ps(p, lane_mask(w), x);
+}
+
+/* 8 doubles (w valid, the rest read as 0) minus 8 doubles, as floats. */
+LA_INLINE __m256 ddiff8(const double *x, const double *y, int64_t w)
+{
+    __m256d x0, x1, y0, y1;
+    if (w >= 8) {
+        x0 = _mm256_loadu_pd(x), x1 = _mm256_loadu_pd(x + 4);
+        y0 = _mm256_loadu_pd(y), y1 = _mm256_loadu_pd(y + 4);
+    } else {
+        const __m256i m0 = lane_mask64(w), m1 = lane_mask64(w - 4);
+        x0 = _mm256_maskload_pd(x, m0), x1 = _mm256_maskload_pd(x + 4, m1);
+        y0 = _mm256_maskload_pd(y, m0), y1 = _mm256_maskload_pd(y + 4, m1);
+    }
+    return _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(x1, y1)),
+                           _mm256_cvtpd_ps(_mm256_sub_pd(x0, y0)));
+}
+
+/* e^x for a decay exponent. x <= 0 up to rounding; the clamp keeps a
+ * masked-out or rounded lane from overflowing. Exactly 0 below
+ * LA_EXP_ZERO_BELOW (no subnormals); NaN stays NaN. */
+LA_INLINE __m256 decay8(__m256 x)
+{
+    const __m256 e = Sleef_expf8_u10avx2(_mm256_min_ps(x, _mm256_setzero_ps()));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(LA_EXP_ZERO_BELOW), _CMP_LT_OQ), e);
+}
+
+LA_INLINE float hsum8(__m256 x)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* phi, then lanes >= w zeroed (phi(0) = 1 for ELU1). NaN propagates: min and
+ * max return their second operand, x, when it is NaN. */
+LA_INLINE __m256 phi8(linattn_phi phi, __m256 x, int64_t w)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 y = x;
+    if (phi == LINATTN_PHI_ELU1) {
+        /* exp of min(0, x): large positive x must not overflow the unused branch. */
+        const __m256 e = Sleef_expf8_u10avx2(_mm256_min_ps(zero, x));
+        y = _mm256_blendv_ps(e, _mm256_add_ps(x, _mm256_set1_ps(1.0f)),
+                             _mm256_cmp_ps(x, zero, _CMP_GT_OQ));
+    } else if (phi == LINATTN_PHI_RELU) {
+        y = _mm256_max_ps(zero, x);
+    }
+    return w >= 8 ? y : _mm256_and_ps(y, _mm256_castsi256_ps(lane_mask(w)));
+}
+
+/* ---- the generic vocabulary (see delta_kernels.h) ------------------------ */
+
+typedef __m256 la_vf;
+#define LA_VW 8
+LA_INLINE la_vf vf_zero(void) { return _mm256_setzero_ps(); }
+LA_INLINE la_vf vf_set1(float x) { return _mm256_set1_ps(x); }
+LA_INLINE la_vf vf_load(const float *p) { return _mm256_loadu_ps(p); }
+LA_INLINE void vf_store(float *p, la_vf x) { _mm256_storeu_ps(p, x); }
+LA_INLINE la_vf vf_loadn(const float *p, int64_t n) { return load8(p, n); }
+LA_INLINE void vf_storen(float *p, la_vf x, int64_t n) { store8(p, x, n); }
+LA_INLINE la_vf vf_fma(la_vf a, la_vf b, la_vf c) { return _mm256_fmadd_ps(a, b, c); }
+LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return _mm256_mul_ps(a, b); }
+LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return _mm256_sub_ps(a, b); }
+LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return _mm256_add_ps(a, b); }
+LA_INLINE float vf_hsum(la_vf x) { return hsum8(x); }
+LA_INLINE la_vf vf_decay(la_vf x) { return decay8(x); }
+LA_INLINE la_vf vf_phi(linattn_phi phi, la_vf x) { return phi8(phi, x, 8); }
+LA_INLINE la_vf vf_keep(la_vf x, int64_t n)
+{
+    return _mm256_and_ps(x, _mm256_castsi256_ps(lane_mask(n)));
+}
+
+#endif

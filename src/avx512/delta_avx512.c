@@ -1,0 +1,11 @@
+/* The delta rule on AVX-512: delta_kernels.h over this folder's vocabulary
+ * (built twice like kernels_avx512.c: native and over SIMDe). Register
+ * tiles of 8 zmm (128 value columns): the update, readout and next-token
+ * accumulators take 24 of the 32 registers. Measured on Zen 4 (B=1, H=32,
+ * dk=dv=128, T=4096, one thread): 8 vectors 0.56 of the FMA peak, 4
+ * vectors 0.34. */
+#include "../table.h"
+#include "simd512.h"
+
+#define LA_DELTA_NV 8
+#include "../delta_kernels.h"

@@ -1,0 +1,479 @@
+/* The delta rule's kernels written once against an ISA vocabulary. An ISA
+ * folder includes its vocabulary header, defines LA_DELTA_OPS (the name of
+ * the ops struct to define), then includes this file. The vocabulary:
+ *
+ *   la_vf, LA_VW                 vector of LA_VW floats
+ *   vf_zero() vf_set1(x)         constants
+ *   vf_load(p) vf_store(p, x)    LA_VW floats, unaligned
+ *   vf_loadn(p, n) vf_storen(p, x, n)  the first n lanes (n >= LA_VW: all);
+ *                                missing lanes read as 0, nothing outside
+ *                                the n floats is touched
+ *   vf_fma(a, b, c)              a * b + c, one rounding
+ *   vf_mul vf_sub vf_add         elementwise
+ *   vf_hsum(x)                   sum of the lanes
+ *   vf_decay(x)                  e^min(x, 0); exactly 0 below LA_EXP_ZERO_BELOW
+ *   vf_phi(phi, x)               the feature map
+ *   vf_keep(x, n)                lanes < n of x, the others 0
+ *
+ * Both algorithms run on a tile of nj value columns (see delta.h). The
+ * recurrent one keeps its S^T kh and output accumulators in registers for a
+ * tile of up to LA_DELTA_NV vectors, so per token it makes one read-only
+ * pass over the tile (S^T kh, decay folded into kh) and one read-write pass
+ * (decay, rank-1 update and S^T qh together). */
+
+#ifndef LA_DELTA_OPS
+#error "define LA_DELTA_OPS (and include an ISA vocabulary) before delta_kernels.h"
+#endif
+
+#include <math.h>
+#include <string.h>
+
+#ifndef LA_DELTA_NV
+#define LA_DELTA_NV 4 /* vectors per tile */
+#endif
+
+enum { DELTA_TILE = LA_DELTA_NV * LA_VW };
+
+/* out[0..dk) = mult * nrm(phi(x)); lanes past dk of the last vector are
+ * written as 0 (buffers are padded to whole vectors). */
+LA_INLINE void delta_features(const la_delta_head *h, const float *x, float mult, float *out)
+{
+    const int64_t dk = h->dk;
+    la_vf ss = vf_zero();
+    for (int64_t c = 0; c < dk; c += LA_VW) {
+        const int64_t n = dk - c;
+        la_vf y = vf_phi(h->phi, vf_loadn(x + c, n));
+        if (n < LA_VW) /* phi(0) may be 1 (elu+1): clear the padding lanes */
+            y = vf_keep(y, n);
+        vf_store(out + c, y);
+        ss = vf_fma(y, y, ss);
+    }
+    if (h->l2norm)
+        mult *= (float)(1.0 / sqrt((double)vf_hsum(ss) + 1e-6));
+    const la_vf m = vf_set1(mult);
+    for (int64_t c = 0; c < dk; c += LA_VW)
+        vf_store(out + c, vf_mul(m, vf_load(out + c)));
+}
+
+/* Decays of token t: a[c] (CHANNEL), or a[0] for all rows (TOKEN). */
+LA_INLINE void delta_decays(const la_delta_head *h, int64_t t, float *a)
+{
+    if (h->gate == LA_GATE_CHANNEL) {
+        const float *g = h->g + t * h->g_ts;
+        for (int64_t c = 0; c < h->dk; c += LA_VW)
+            vf_store(a + c, vf_decay(vf_loadn(g + c, h->dk - c)));
+    } else if (h->gate == LA_GATE_TOKEN) {
+        const float g = h->g[t * h->g_ts];
+        a[0] = g < LA_EXP_ZERO_BELOW ? 0.0f : expf(g);
+    }
+}
+
+static int64_t round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
+
+/* ---- recurrent ----------------------------------------------------------- */
+
+/* Features of one token: qh, kh, the decays a (a[0] for TOKEN), and kn =
+ * the coefficients of S^T k with the decay folded in (CHANNEL: kh o a;
+ * otherwise kh, and the TOKEN decay multiplies the sum). Rows of
+ * DELTA_FEATURES padded vectors. */
+enum { DELTA_FEATURES = 4, DELTA_BLOCK = 32 /* tokens whose features are made at once */ };
+
+LA_INLINE void delta_prepare(const la_delta_head *h, int64_t t, float *f, int64_t dkp)
+{
+    float *qh = f, *kh = f + dkp, *a = f + 2 * dkp, *kn = f + 3 * dkp;
+    delta_features(h, h->q + t * h->q_ts, h->scale, qh);
+    delta_features(h, h->k + t * h->k_ts, 1.0f, kh);
+    delta_decays(h, t, a);
+    if (h->gate == LA_GATE_CHANNEL)
+        for (int64_t c = 0; c < h->dk; c += LA_VW)
+            vf_store(kn + c, vf_mul(vf_load(kh + c), vf_load(a + c)));
+    else
+        memcpy(kn, kh, (size_t)h->dk * sizeof(float));
+}
+
+/* Tokens t0..t0+n-1 on nv vectors of columns of S (the last one wl lanes
+ * wide), their features in f (one row block of DELTA_FEATURES x dkp per
+ * token). One sweep over the tile per token: row c is decayed and updated
+ * for token t (S = L S + kh u^T), read out for t (o += S_c qh_c), and
+ * already summed for token t+1 (acc += S_c kn_c): the state is read and
+ * written once per token, and the accumulators stay in registers. */
+LA_INLINE void delta_tile_tokens(const la_delta_head *h, float *s, const float *v0, float *o0,
+                                 const float *f, int64_t dkp, int64_t t0, int64_t n, int nv,
+                                 int64_t wl)
+{
+    /* locals, not h->...: vector stores may alias anything, so fields read
+     * through h would be reloaded after every store of the sweep */
+    const int64_t dk = h->dk, dv = h->dv, fs = DELTA_FEATURES * dkp;
+    const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
+    const la_gate gate = h->gate;
+    la_vf acc[LA_DELTA_NV], u[LA_DELTA_NV], out[LA_DELTA_NV];
+#define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
+#define ST(p, x, y)                                                                               \
+    ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
+    for (int x = 0; x < nv; x++)
+        acc[x] = vf_zero();
+    for (int64_t c = 0; c < dk; c++) { /* S^T k of the first token */
+        const la_vf kv = vf_set1(f[3 * dkp + c]);
+        for (int x = 0; x < nv; x++)
+            acc[x] = vf_fma(LD(s + c * dv, x), kv, acc[x]);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t t = t0 + i;
+        const float *qh = f + i * fs, *kh = qh + dkp, *a = qh + 2 * dkp;
+        const float *kn = i + 1 < n ? f + (i + 1) * fs + 3 * dkp : NULL;
+        const la_vf at = vf_set1(gate == LA_GATE_TOKEN ? a[0] : 1.0f);
+        const la_vf bv = vf_set1(h->beta[t * beta_ts]);
+        const float *v = v0 + t * v_ts;
+        for (int x = 0; x < nv; x++) {
+            u[x] = vf_mul(bv, vf_sub(LD(v, x), gate == LA_GATE_TOKEN ? vf_mul(acc[x], at) : acc[x]));
+            acc[x] = vf_zero();
+            out[x] = vf_zero();
+        }
+        /* the sweep; the last token of a block (and a step) has no next */
+#define SWEEP(NEXT)                                                                               \
+    for (int64_t c = 0; c < dk; c++) {                                                            \
+        const la_vf kv = vf_set1(kh[c]), qv = vf_set1(qh[c]);                                     \
+        const la_vf av = gate == LA_GATE_CHANNEL ? vf_set1(a[c]) : at;                           \
+        const la_vf nk = vf_set1(NEXT ? kn[c] : 0.0f);                                            \
+        float *sr = s + c * dv;                                                                   \
+        for (int x = 0; x < nv; x++) {                                                            \
+            const la_vf old = LD(sr, x);                                                          \
+            const la_vf y = vf_fma(kv, u[x], gate == LA_GATE_NONE ? old : vf_mul(av, old));      \
+            ST(sr, x, y);                                                                         \
+            out[x] = vf_fma(y, qv, out[x]);                                                       \
+            if (NEXT)                                                                             \
+                acc[x] = vf_fma(y, nk, acc[x]);                                                   \
+        }                                                                                         \
+    }
+        if (kn) {
+            SWEEP(1)
+        } else {
+            SWEEP(0)
+        }
+#undef SWEEP
+        float *o = o0 + t * o_ts;
+        for (int x = 0; x < nv; x++)
+            ST(o, x, out[x]);
+    }
+#undef LD
+#undef ST
+}
+
+/* A unit of work is up to 128 value columns (several register tiles), so
+ * the features of a token are made once for all of them. */
+static int64_t delta_tile_columns(int64_t dk, int64_t dv)
+{
+    (void)dk;
+    (void)dv;
+    return DELTA_TILE > 128 ? DELTA_TILE : 128 / DELTA_TILE * DELTA_TILE;
+}
+
+static size_t delta_recurrent_bytes(int64_t T, int64_t dk, int64_t nj)
+{
+    (void)nj;
+    const size_t block = T < DELTA_BLOCK ? la_size_of_dim(T) : DELTA_BLOCK;
+    return la_size_floats(la_size_mul(la_size_mul(DELTA_FEATURES, block),
+                                      la_size_of_dim(round_vw(dk))));
+}
+
+static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
+{
+    const int64_t dkp = round_vw(h->dk);
+    float *f = ws;
+    for (int64_t t0 = 0; t0 < h->T; t0 += DELTA_BLOCK) {
+        const int64_t n = h->T - t0 < DELTA_BLOCK ? h->T - t0 : DELTA_BLOCK;
+        for (int64_t i = 0; i < n; i++)
+            delta_prepare(h, t0 + i, f + i * DELTA_FEATURES * dkp, dkp);
+        for (int64_t jb = j0; jb < j0 + nj; jb += DELTA_TILE) {
+            const int64_t width = j0 + nj - jb < DELTA_TILE ? j0 + nj - jb : DELTA_TILE;
+            const int nv = (int)((width + LA_VW - 1) / LA_VW);
+            const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
+            float *s = h->s + jb, *o = h->o + jb;
+            const float *v = h->v + jb;
+            /* constant nv per call site: the accumulators stay in registers */
+            switch (nv) {
+            case 1: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 1, wl); break;
+            case 2: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 2, wl); break;
+            case 3: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 3, wl); break;
+#if LA_DELTA_NV > 4
+            case 4: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 4, wl); break;
+            case 5: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 5, wl); break;
+            case 6: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 6, wl); break;
+            case 7: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 7, wl); break;
+#endif
+            default: /* whole tiles with a constant width: no masked accesses */
+                if (wl == LA_VW)
+                    delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, LA_VW);
+                else
+                    delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, wl);
+                break;
+            }
+        }
+    }
+}
+
+/* ---- chunked (WY form) --------------------------------------------------- */
+
+/* Workspace of one chunk of C rows on a tile of nj columns, rows padded to
+ * whole vectors (dkp, njp): qh, kh, qd = qh o e^G, kg = kh o e^G,
+ * kd = kh o e^(G_last - G), wn = -W [C][dkp]; el = e^(G_last), tmp [dkp];
+ * G [C][dk] doubles (TOKEN: column 0); beta [C]; A, P [C][C]; U [C][njp]. */
+typedef struct {
+    float *qh, *kh, *qd, *kg, *kd, *wn, *el, *tmp, *beta, *a, *p, *u;
+    double *gsum;
+} delta_chunk_ws;
+
+static size_t delta_chunked_bytes(int64_t chunk, int64_t dk, int64_t nj)
+{
+    const size_t C = la_size_of_dim(chunk), dkp = la_size_of_dim(round_vw(dk));
+    const size_t njp = la_size_of_dim(round_vw(nj));
+    size_t b = la_size_floats(la_size_mul(6, la_size_mul(C, dkp)));
+    b = la_size_add(b, la_size_floats(la_size_mul(2, dkp)));
+    b = la_size_add(b, la_size_up64(la_size_mul(la_size_mul(C, dkp), sizeof(double))));
+    b = la_size_add(b, la_size_floats(C));
+    b = la_size_add(b, la_size_floats(la_size_mul(2, la_size_mul(C, C))));
+    return la_size_add(b, la_size_floats(la_size_mul(C, njp)));
+}
+
+static delta_chunk_ws delta_carve(void *ws, int64_t C, int64_t dk)
+{
+    const size_t dkp = (size_t)round_vw(dk), cd = (size_t)C * dkp;
+    unsigned char *p = ws;
+    delta_chunk_ws w;
+    w.qh = (float *)p, w.kh = w.qh + cd, w.qd = w.kh + cd, w.kg = w.qd + cd;
+    w.kd = w.kg + cd, w.wn = w.kd + cd;
+    p += la_size_floats(6 * cd);
+    w.el = (float *)p, w.tmp = w.el + dkp;
+    p += la_size_floats(2 * dkp);
+    w.gsum = (double *)p;
+    p += la_size_up64(cd * sizeof(double));
+    w.beta = (float *)p;
+    p += la_size_floats((size_t)C);
+    w.a = (float *)p, w.p = w.a + C * C;
+    p += la_size_floats((size_t)(2 * C * C));
+    w.u = (float *)p;
+    return w;
+}
+
+LA_INLINE float delta_dot(const float *x, const float *y, int64_t dkp)
+{
+    la_vf acc = vf_zero();
+    for (int64_t c = 0; c < dkp; c += LA_VW)
+        acc = vf_fma(vf_load(x + c), vf_load(y + c), acc);
+    return vf_hsum(acc);
+}
+
+/* sum_c x[c] y[c] e^(gi[c] - gj[c]) (CHANNEL scores), rows padded with 0. */
+LA_INLINE float delta_dot_decayed(const float *x, const float *y, const double *gi,
+                                  const double *gj, int64_t dk, float *tmp)
+{
+    for (int64_t c = 0; c < dk; c++)
+        tmp[c] = (float)(gi[c] - gj[c]);
+    la_vf acc = vf_zero();
+    for (int64_t c = 0; c < dk; c += LA_VW) {
+        const la_vf e = vf_decay(vf_loadn(tmp + c, dk - c));
+        acc = vf_fma(vf_mul(vf_load(x + c), vf_load(y + c)), e, acc);
+    }
+    return vf_hsum(acc);
+}
+
+/* y[0..n) += m * x[0..n) over padded rows (n a multiple of LA_VW). */
+LA_INLINE void delta_axpy(float *y, float m, const float *x, int64_t n)
+{
+    const la_vf mv = vf_set1(m);
+    for (int64_t j = 0; j < n; j += LA_VW)
+        vf_store(y + j, vf_fma(mv, vf_load(x + j), vf_load(y + j)));
+}
+
+/* nv vectors of columns from j (the last with wl lanes):
+ * out = init_scale * init + sum_{c<K} coef[c * cs] * B[c * ldb]. */
+LA_INLINE void delta_combo_block(float *out, const float *init, float init_scale,
+                                 const float *coef, int64_t cs, int64_t K, const float *B,
+                                 int64_t ldb, int nv, int64_t wl)
+{
+    la_vf acc[LA_DELTA_NV];
+#define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
+    const la_vf is = vf_set1(init_scale);
+    for (int x = 0; x < nv; x++)
+        acc[x] = init ? vf_mul(is, LD(init, x)) : vf_zero();
+    for (int64_t c = 0; c < K; c++) {
+        const la_vf m = vf_set1(coef[c * cs]);
+        const float *b = B + c * ldb;
+        for (int x = 0; x < nv; x++)
+            acc[x] = vf_fma(m, LD(b, x), acc[x]);
+    }
+    for (int x = 0; x < nv; x++) {
+        if (x == nv - 1)
+            vf_storen(out + x * LA_VW, acc[x], wl);
+        else
+            vf_store(out + x * LA_VW, acc[x]);
+    }
+#undef LD
+}
+
+static void delta_combo(float *out, const float *init, float init_scale, const float *coef,
+                        int64_t cs, int64_t K, const float *B, int64_t ldb, int64_t nj)
+{
+    for (int64_t j = 0; j < nj; j += DELTA_TILE) {
+        const int64_t w = nj - j < DELTA_TILE ? nj - j : DELTA_TILE;
+        const int nv = (int)((w + LA_VW - 1) / LA_VW);
+        const int64_t wl = w - (int64_t)(nv - 1) * LA_VW;
+        const float *in = init ? init + j : NULL;
+        switch (nv) {
+        case 1: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 1, wl); break;
+        case 2: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 2, wl); break;
+        case 3: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 3, wl); break;
+#if LA_DELTA_NV > 4
+        case 4: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 4, wl); break;
+        case 5: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 5, wl); break;
+        case 6: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 6, wl); break;
+        case 7: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 7, wl); break;
+#endif
+        default:
+            delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, LA_DELTA_NV, wl);
+            break;
+        }
+    }
+}
+
+/* e^G (from the chunk start) and e^(G_last - G) of row i into two padded
+ * rows; 1 for NONE. */
+static void delta_row_decays(const la_delta_head *h, const delta_chunk_ws *w, int64_t i,
+                             int64_t n, float *eg, float *el)
+{
+    const int64_t dk = h->dk, dkp = round_vw(dk);
+    const int chan = h->gate == LA_GATE_CHANNEL;
+    const double *gi = w->gsum + i * dk, *gl = w->gsum + (n - 1) * dk;
+    for (int64_t c = 0; c < dkp; c++) {
+        const int64_t cc = chan ? c : 0;
+        const int live = h->gate != LA_GATE_NONE && c < dk;
+        eg[c] = live ? (float)gi[cc] : 0.0f;
+        el[c] = live ? (float)(gl[cc] - gi[cc]) : 0.0f;
+    }
+    for (int64_t c = 0; c < dkp; c += LA_VW) {
+        vf_store(eg + c, vf_decay(vf_load(eg + c)));
+        vf_store(el + c, vf_decay(vf_load(el + c)));
+    }
+}
+
+static void delta_chunk(const la_delta_head *h, int64_t t0, int64_t n, int64_t j0, int64_t nj,
+                        const delta_chunk_ws *w)
+{
+    const int64_t dk = h->dk, dv = h->dv, C = h->chunk;
+    const int64_t dkp = round_vw(dk), njp = round_vw(nj);
+    const int chan = h->gate == LA_GATE_CHANNEL, gated = h->gate != LA_GATE_NONE;
+    const int64_t ng = chan ? dk : gated ? 1 : 0;
+    float *s = h->s + j0;
+    /* pack: features, beta, prefix sums of the clamped gate (in double, so
+     * that G_i - G_j keeps the precision of the g it sums) */
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t t = t0 + i;
+        delta_features(h, h->q + t * h->q_ts, h->scale, w->qh + i * dkp);
+        delta_features(h, h->k + t * h->k_ts, 1.0f, w->kh + i * dkp);
+        w->beta[i] = h->beta[t * h->beta_ts];
+        for (int64_t c = 0; c < ng; c++) {
+            const float gc = h->g[t * h->g_ts + c];
+            const double g = gc < LA_G_RESET ? LA_G_RESET : gc;
+            w->gsum[i * dk + c] = i ? w->gsum[(i - 1) * dk + c] + g : g;
+        }
+    }
+    /* decayed rows: qd = qh o e^G, kg = kh o e^G, kd = kh o e^(G_last - G) */
+    for (int64_t i = 0; i < n; i++) {
+        float *eg = w->tmp, *el = w->el; /* el is rebuilt below */
+        delta_row_decays(h, w, i, n, eg, el);
+        for (int64_t c = 0; c < dkp; c += LA_VW) {
+            const la_vf e1 = vf_load(eg + c), e2 = vf_load(el + c);
+            const la_vf q = vf_load(w->qh + i * dkp + c), k = vf_load(w->kh + i * dkp + c);
+            vf_store(w->qd + i * dkp + c, gated ? vf_mul(q, e1) : q);
+            vf_store(w->kg + i * dkp + c, gated ? vf_mul(k, e1) : k);
+            vf_store(w->kd + i * dkp + c, gated ? vf_mul(k, e2) : k);
+        }
+    }
+    delta_row_decays(h, w, n - 1, n, w->el, w->tmp); /* el = e^(G_last) */
+    if (!gated)
+        for (int64_t c = 0; c < dkp; c++)
+            w->el[c] = 1.0f;
+    /* A = strictly_lower(diag(beta) (Kh Kh^T) o Gamma), P = tril((Qh Kh^T) o Gamma) */
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j <= i; j++) {
+            const float *ki = w->kh + i * dkp, *kj = w->kh + j * dkp, *qi = w->qh + i * dkp;
+            float kk, qk;
+            if (chan) {
+                const double *gi = w->gsum + i * dk, *gj = w->gsum + j * dk;
+                kk = j < i ? delta_dot_decayed(ki, kj, gi, gj, dk, w->tmp) : 0.0f;
+                qk = delta_dot_decayed(qi, kj, gi, gj, dk, w->tmp);
+            } else {
+                const double x = gated ? w->gsum[i * dk] - w->gsum[j * dk] : 0.0;
+                const float gm = x < LA_EXP_ZERO_BELOW ? 0.0f : expf((float)x);
+                kk = j < i ? delta_dot(ki, kj, dkp) * gm : 0.0f;
+                qk = delta_dot(qi, kj, dkp) * gm;
+            }
+            w->a[i * C + j] = w->beta[i] * kk;
+            w->p[i * C + j] = qk;
+        }
+    /* forward substitution with I + A (unit lower triangular):
+     * -W = -diag(beta) (Kh o e^G) - A (-W) row by row, U = diag(beta) V - A U */
+    for (int64_t i = 0; i < n; i++) {
+        float *wi = w->wn + i * dkp, *ui = w->u + i * njp;
+        const la_vf nb = vf_set1(-w->beta[i]), b = vf_set1(w->beta[i]);
+        for (int64_t c = 0; c < dkp; c += LA_VW)
+            vf_store(wi + c, vf_mul(nb, vf_load(w->kg + i * dkp + c)));
+        const float *v = h->v + (t0 + i) * h->v_ts + j0;
+        for (int64_t j = 0; j < njp; j += LA_VW)
+            vf_store(ui + j, vf_mul(b, vf_loadn(v + j, nj - j)));
+        for (int64_t l = 0; l < i; l++) {
+            const float al = -w->a[i * C + l];
+            delta_axpy(wi, al, w->wn + l * dkp, dkp);
+            delta_axpy(ui, al, w->u + l * njp, njp);
+        }
+    }
+    /* V' = U - W S, in place in U */
+    for (int64_t i = 0; i < n; i++)
+        delta_combo(w->u + i * njp, w->u + i * njp, 1.0f, w->wn + i * dkp, 1, dk, s, dv, nj);
+    /* O = (Qh o e^G) S + P V' */
+    for (int64_t i = 0; i < n; i++) {
+        float *o = h->o + (t0 + i) * h->o_ts + j0;
+        delta_combo(o, NULL, 0.0f, w->qd + i * dkp, 1, dk, s, dv, nj);
+        delta_combo(o, o, 1.0f, w->p + i * C, 1, i + 1, w->u, njp, nj);
+    }
+    /* S = e^(G_last) S + (Kh o e^(G_last - G))^T V' */
+    for (int64_t c = 0; c < dk; c++)
+        delta_combo(s + c * dv, s + c * dv, w->el[c], w->kd + c, dkp, n, w->u, njp, nj);
+}
+
+static void delta_chunked(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
+{
+    const delta_chunk_ws w = delta_carve(ws, h->chunk, h->dk);
+    for (int64_t t0 = 0; t0 < h->T; t0 += h->chunk)
+        delta_chunk(h, t0, h->T - t0 < h->chunk ? h->T - t0 : h->chunk, j0, nj, &w);
+}
+
+/* Chunk and algorithm choice: measured on the machine named in
+ * docs/kernels.md (see there); the recurrent form keeps its tile of the
+ * state in L1 and needs a third of the chunked form's flops. */
+static int64_t delta_default_chunk(int64_t dk, int64_t dv, la_gate gate)
+{
+    (void)dk;
+    (void)dv;
+    (void)gate;
+    return 32;
+}
+
+static int delta_prefer_chunked(int64_t T, int64_t dk, int64_t dv, la_gate gate)
+{
+    (void)T;
+    (void)dk;
+    (void)dv;
+    (void)gate;
+    return 0;
+}
+
+const la_delta_ops LA_DELTA_OPS = {
+    .tile_columns = delta_tile_columns,
+    .recurrent_bytes = delta_recurrent_bytes,
+    .chunked_bytes = delta_chunked_bytes,
+    .recurrent = delta_recurrent,
+    .chunked = delta_chunked,
+    .default_chunk = delta_default_chunk,
+    .prefer_chunked = delta_prefer_chunked,
+};

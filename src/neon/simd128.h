@@ -1,0 +1,125 @@
+/* The NEON vocabulary: tail-safe loads and stores, lane masks, exp of
+ * decays, feature maps, and the generic names (vf_*) of the kernels written
+ * once for every ISA (delta_kernels.h). Advanced SIMD is baseline on
+ * AArch64: no -m flags. */
+#ifndef LINATTN_SIMD128_H
+#define LINATTN_SIMD128_H
+
+#include <arm_neon.h>
+#include <sleef.h>
+#include <stdint.h>
+
+#include "../gate.h"
+#include "linattn.h"
+
+#define INLINE static inline __attribute__((always_inline))
+#define LA_INLINE INLINE
+
+/* The first m floats at p (m may be <= 0 or >= 4); missing lanes are 0. */
+INLINE float32x4_t ldn(const float *p, int64_t m)
+{
+    if (m >= 4)
+        return vld1q_f32(p);
+    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t l = 0; l < m; l++)
+        t[l] = p[l];
+    return vld1q_f32(t);
+}
+
+/* Stores the first m lanes of x at p. */
+INLINE void stn(float *p, float32x4_t x, int64_t m)
+{
+    if (m >= 4) {
+        vst1q_f32(p, x);
+        return;
+    }
+    float t[4];
+    vst1q_f32(t, x);
+    for (int64_t l = 0; l < m; l++)
+        p[l] = t[l];
+}
+
+/* Lanes l >= d of x, the others 0: the causal mask of a query vector
+ * starting at row i against key j is lanes_from(x, j - i). */
+INLINE float32x4_t lanes_from(float32x4_t x, int64_t d)
+{
+    if (d <= 0)
+        return x;
+    if (d >= 4)
+        return vdupq_n_f32(0.0f);
+    const uint32x4_t iota = {0, 1, 2, 3};
+    return vreinterpretq_f32_u32(
+        vandq_u32(vcgeq_u32(iota, vdupq_n_u32((uint32_t)d)), vreinterpretq_u32_f32(x)));
+}
+
+/* Lanes l < m of x, the others 0 (tail lanes whose phi(0) is not 0). */
+INLINE float32x4_t lanes_below(float32x4_t x, int64_t m)
+{
+    if (m >= 4)
+        return x;
+    const uint32x4_t iota = {0, 1, 2, 3};
+    return vreinterpretq_f32_u32(
+        vandq_u32(vcltq_u32(iota, vdupq_n_u32((uint32_t)(m > 0 ? m : 0))),
+                  vreinterpretq_u32_f32(x)));
+}
+
+/* A decay: exp of a value that is <= 0 in exact arithmetic; the clamp makes
+ * lanes masked out later (j > i) harmless instead of overflowing. */
+INLINE float32x4_t exp_nonpos(float32x4_t x)
+{
+    const float32x4_t e = Sleef_expf4_u10advsimd(vminq_f32(x, vdupq_n_f32(0.0f)));
+    /* exactly 0 below LA_EXP_ZERO_BELOW (no subnormals); NaN stays NaN */
+    const uint32x4_t tiny = vcltq_f32(x, vdupq_n_f32(LA_EXP_ZERO_BELOW));
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(e), tiny));
+}
+
+/* e^(x[l] - y) and e^(x - y[l]) for prefix sums kept in double: the
+ * difference is taken in double, like the scalar table, so nearby rows keep
+ * the precision of the g they sum, then rounded once to float. */
+INLINE float32x4_t decay_vs(const double *x, double y)
+{
+    const float64x2_t yy = vdupq_n_f64(y);
+    const float64x2_t lo = vsubq_f64(vld1q_f64(x), yy), hi = vsubq_f64(vld1q_f64(x + 2), yy);
+    return exp_nonpos(vcvt_high_f32_f64(vcvt_f32_f64(lo), hi));
+}
+INLINE float32x4_t decay_sv(double x, const double *y)
+{
+    const float64x2_t xx = vdupq_n_f64(x);
+    const float64x2_t lo = vsubq_f64(xx, vld1q_f64(y)), hi = vsubq_f64(xx, vld1q_f64(y + 2));
+    return exp_nonpos(vcvt_high_f32_f64(vcvt_f32_f64(lo), hi));
+}
+
+INLINE float32x4_t phi4(linattn_phi phi, float32x4_t x)
+{
+    const float32x4_t zero = vdupq_n_f32(0.0f);
+    switch (phi) {
+    case LINATTN_PHI_ELU1: {
+        /* exp only of min(x, 0); NaN stays NaN through min, compare and exp */
+        const float32x4_t e = Sleef_expf4_u10advsimd(vminq_f32(x, zero));
+        return vbslq_f32(vcgtq_f32(x, zero), vaddq_f32(x, vdupq_n_f32(1.0f)), e);
+    }
+    case LINATTN_PHI_RELU: return vmaxq_f32(x, zero); /* FMAX: NaN propagates */
+    default: return x;
+    }
+}
+
+/* ---- the generic vocabulary (see delta_kernels.h) ------------------------ */
+
+typedef float32x4_t la_vf;
+#define LA_VW 4
+LA_INLINE la_vf vf_zero(void) { return vdupq_n_f32(0.0f); }
+LA_INLINE la_vf vf_set1(float x) { return vdupq_n_f32(x); }
+LA_INLINE la_vf vf_load(const float *p) { return vld1q_f32(p); }
+LA_INLINE void vf_store(float *p, la_vf x) { vst1q_f32(p, x); }
+LA_INLINE la_vf vf_loadn(const float *p, int64_t n) { return ldn(p, n); }
+LA_INLINE void vf_storen(float *p, la_vf x, int64_t n) { stn(p, x, n); }
+LA_INLINE la_vf vf_fma(la_vf a, la_vf b, la_vf c) { return vfmaq_f32(c, a, b); }
+LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return vmulq_f32(a, b); }
+LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return vsubq_f32(a, b); }
+LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return vaddq_f32(a, b); }
+LA_INLINE float vf_hsum(la_vf x) { return vaddvq_f32(x); }
+LA_INLINE la_vf vf_decay(la_vf x) { return exp_nonpos(x); }
+LA_INLINE la_vf vf_phi(linattn_phi phi, la_vf x) { return phi4(phi, x); }
+LA_INLINE la_vf vf_keep(la_vf x, int64_t n) { return lanes_below(x, n); }
+
+#endif

@@ -1,0 +1,45 @@
+/* The one-lane vocabulary: the generic kernels (additive_kernels.h,
+ * delta_kernels.h) compiled as plain C for the scalar table. */
+#ifndef LINATTN_SIMD1_H
+#define LINATTN_SIMD1_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "../gate.h"
+#include "linattn.h"
+
+#define LA_INLINE static inline __attribute__((always_inline))
+
+typedef float la_vf;
+#define LA_VW 1
+LA_INLINE la_vf vf_zero(void) { return 0.0f; }
+LA_INLINE la_vf vf_set1(float x) { return x; }
+LA_INLINE la_vf vf_load(const float *p) { return *p; }
+LA_INLINE void vf_store(float *p, la_vf x) { *p = x; }
+LA_INLINE la_vf vf_loadn(const float *p, int64_t n) { return n >= 1 ? *p : 0.0f; }
+LA_INLINE void vf_storen(float *p, la_vf x, int64_t n)
+{
+    if (n >= 1)
+        *p = x;
+}
+LA_INLINE la_vf vf_fma(la_vf a, la_vf b, la_vf c) { return fmaf(a, b, c); }
+LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return a * b; }
+LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return a - b; }
+LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return a + b; }
+LA_INLINE float vf_hsum(la_vf x) { return x; }
+LA_INLINE la_vf vf_decay(la_vf x)
+{
+    return x < LA_EXP_ZERO_BELOW ? 0.0f : expf(x < 0.0f ? x : 0.0f);
+}
+LA_INLINE la_vf vf_phi(linattn_phi phi, la_vf x)
+{
+    switch (phi) {
+    case LINATTN_PHI_ELU1: return x > 0.0f ? x + 1.0f : expf(x);
+    case LINATTN_PHI_RELU: return x > 0.0f || isnan(x) ? x : 0.0f;
+    default: return x;
+    }
+}
+LA_INLINE la_vf vf_keep(la_vf x, int64_t n) { return n >= 1 ? x : 0.0f; }
+
+#endif

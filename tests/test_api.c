@@ -1,0 +1,1070 @@
+/* The public API's contract where it does not depend on the kernel table,
+ * run once against the shared library as a user links it:
+ *   - every bad input returns its status, writes no output byte and names
+ *     the field or value at fault in linattn_last_error() ("success" after
+ *     a call that returns OK); the message is per thread;
+ *   - fields a call ignores are really ignored (a step's seq_len and token
+ *     strides, g strides without a gate, the token stride of a per-head
+ *     gate), and a config from a 0.1 caller gets the defaults;
+ *   - sizes that cannot be addressed or allocated are refused, not wrapped;
+ *   - any num_threads is safe and gives the single-thread results. */
+#define _DEFAULT_SOURCE
+#include <check.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "linattn.h"
+
+static enum fork_status fork_mode;
+
+#define ck_assert_error_has(sub)                                                                  \
+    ck_assert_msg(strstr(linattn_last_error(), (sub)) != NULL,                                    \
+                  "linattn_last_error() = \"%s\" does not mention \"%s\"", linattn_last_error(), \
+                  (sub))
+
+#define ck_assert_success()                                                                       \
+    ck_assert_msg(strcmp(linattn_last_error(), "success") == 0,                                   \
+                  "after OK, linattn_last_error() = \"%s\"", linattn_last_error())
+
+/* A copy of n floats, to compare with later. */
+static float *snapshot(const float *x, size_t n)
+{
+    float *c = malloc((n ? n : 1) * sizeof(float));
+    memcpy(c, x, n * sizeof(float));
+    return c;
+}
+
+static int same_bytes(const float *a, const float *b, size_t n)
+{
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+/* ---- bad input: a status, a message naming the field, nothing written --- */
+
+typedef struct {
+    problem p;
+    float *o_copy, *s_copy, *z_copy;
+    size_t no, ns, nz;
+} guarded_call;
+
+enum { BB = 2, BH = 2, BT = 9, BDK = 5, BDV = 6 };
+
+/* Floats of the fixture's g for a gate kind. */
+static size_t gate_floats(linattn_gate gate)
+{
+    return gate == LINATTN_GATE_HEAD    ? BH
+           : gate == LINATTN_GATE_TOKEN ? BB * BH * BT
+                                        : BB * BH * BT * BDK;
+}
+
+static void bad_setup(guarded_call *c, linattn_gate gate)
+{
+    spec sp = spec_default(BB, BH, BT, BDK, BDV);
+    sp.gate = gate;
+    sp.with_state = 1;
+    problem_make(&c->p, &sp);
+    c->no = BB * BH * BT * BDV, c->ns = BB * BH * BDK * BDV, c->nz = BB * BH * BDK;
+    for (size_t i = 0; i < c->no; i++)
+        c->p.o[i] = 12345.0f;
+    c->o_copy = snapshot(c->p.o, c->no);
+    c->s_copy = snapshot(c->p.s, c->ns);
+    c->z_copy = snapshot(c->p.z, c->nz);
+}
+
+static void check_untouched(const guarded_call *c, const char *what)
+{
+    ck_assert_msg(same_bytes(c->o_copy, c->p.o, c->no), "%s: o written", what);
+    ck_assert_msg(same_bytes(c->s_copy, c->p.s, c->ns), "%s: s written", what);
+    ck_assert_msg(same_bytes(c->z_copy, c->p.z, c->nz), "%s: z written", what);
+}
+
+static void bad_teardown(guarded_call *c)
+{
+    free(c->o_copy);
+    free(c->s_copy);
+    free(c->z_copy);
+    problem_free(&c->p);
+}
+
+/* A good call on the fixture's untouched config: OK and "success". */
+static void expect_success_clears(guarded_call *c, int step)
+{
+    const linattn_config *cfg = &c->p.cfg;
+    const linattn_status st =
+        step ? linattn_step(cfg, c->p.q, c->p.k, c->p.v, c->p.g, c->p.o, c->p.s, c->p.z)
+             : linattn_forward(cfg, c->p.q, c->p.k, c->p.v, c->p.g, c->p.o, c->p.s, c->p.z);
+    ck_assert_int_eq(st, LINATTN_OK);
+    ck_assert_success();
+}
+
+typedef void (*mutate_fn)(problem *p, linattn_config *cfg, const float **q, float **o,
+                          float **s, float **z);
+
+#define BAD_CASE(name, body)                                                                      \
+    static void mutate_##name(problem *p, linattn_config *cfg, const float **q, float **o,       \
+                              float **s, float **z)                                               \
+    {                                                                                             \
+        (void)p, (void)cfg, (void)q, (void)o, (void)s, (void)z;                                   \
+        body;                                                                                     \
+    }
+
+/* The config as a 0.1 caller has it: up to and including the g strides. */
+#define CONFIG_V1_SIZE offsetof(linattn_config, qk_heads)
+
+BAD_CASE(null_cfg, {})
+BAD_CASE(null_q, *q = NULL)
+BAD_CASE(null_o, *o = NULL)
+BAD_CASE(null_g, p->g = NULL)
+BAD_CASE(s_without_z, *z = NULL)
+BAD_CASE(z_without_s, *s = NULL)
+BAD_CASE(zero_batch, cfg->batch = 0)
+BAD_CASE(zero_heads, cfg->heads = 0)
+BAD_CASE(zero_dk, cfg->dk = 0)
+BAD_CASE(negative_dv, cfg->dv = -3)
+BAD_CASE(zero_seq, cfg->seq_len = 0)
+BAD_CASE(huge_dims, cfg->dk = INT64_MAX / 2; cfg->dv = 4)
+BAD_CASE(huge_stride, cfg->q.batch = INT64_MAX / 2)
+BAD_CASE(negative_stride, cfg->k.token = -1)
+BAD_CASE(negative_g_stride, cfg->g.head = -1)
+BAD_CASE(bad_phi, cfg->phi = (linattn_phi)7)
+BAD_CASE(bad_gate, cfg->gate = (linattn_gate)9)
+BAD_CASE(bad_algo, cfg->algo = (linattn_algo)-1)
+BAD_CASE(bad_causal, cfg->causal = 2)
+BAD_CASE(bad_normalize, cfg->normalize = -1)
+BAD_CASE(bad_head_map, cfg->head_map = (linattn_head_map)5)
+BAD_CASE(bad_qk_heads, cfg->qk_heads = 3) /* does not divide heads = 2 */
+BAD_CASE(bad_l2norm, cfg->qk_l2norm = 2)
+BAD_CASE(negative_eps, cfg->eps = -1e-6f)
+BAD_CASE(nan_eps, cfg->eps = NAN)
+BAD_CASE(inf_scale, cfg->scale = INFINITY)
+BAD_CASE(negative_chunk, cfg->chunk = -1)
+BAD_CASE(negative_threads, cfg->num_threads = -1)
+BAD_CASE(small_struct, cfg->struct_size = CONFIG_V1_SIZE - 1)
+BAD_CASE(large_struct, cfg->struct_size = sizeof(linattn_config) + 8)
+BAD_CASE(garbage_struct, cfg->struct_size = (size_t)0xdeadbeefcafe)
+BAD_CASE(positive_g, p->g[9] = 0.5f) /* (b0, h1, t0): read by step too */
+BAD_CASE(nan_g, p->g[9 * 5 + 2] = NAN) /* (b0, h1, t0, c2) */
+BAD_CASE(minus_inf_g, p->g[1] = -INFINITY)
+BAD_CASE(gated_noncausal, cfg->causal = 0)
+BAD_CASE(o_overlaps_q, *o = (float *)*q + 3)
+BAD_CASE(o_overlaps_itself, cfg->o.head = 3)
+BAD_CASE(o_head_stride_zero, cfg->o.head = 0)
+BAD_CASE(s_overlaps_v, *s = (float *)p->v)
+BAD_CASE(z_overlaps_s, *z = *s + 4)
+BAD_CASE(s_overlaps_o, *s = *o + 1)
+BAD_CASE(z_overlaps_g, *z = p->g)
+
+/* How linattn_step treats a case that linattn_forward rejects. */
+typedef enum {
+    STEP_SAME,   /* the same status and message */
+    STEP_IGNORES /* step ignores the field: OK */
+} step_rule;
+
+typedef struct {
+    const char *name;
+    linattn_gate gate;
+    linattn_status expected;
+    mutate_fn mutate;
+    const char *says, *also_says; /* substrings of linattn_last_error() */
+    step_rule step;
+    int null_cfg;
+} bad_case;
+
+#define ENTRY(name, gate, expected, says, also)                                                   \
+    {#name, LINATTN_GATE_##gate, expected, mutate_##name, says, also, STEP_SAME, 0}
+#define ENTRY_STEP_IGNORES(name, gate, expected, says, also)                                      \
+    {#name, LINATTN_GATE_##gate, expected, mutate_##name, says, also, STEP_IGNORES, 0}
+
+static const bad_case bad_cases[] = {
+    {"null_cfg", LINATTN_GATE_NONE, LINATTN_E_NULL, mutate_null_cfg, "cfg is NULL", NULL,
+     STEP_SAME, 1},
+    ENTRY(null_q, NONE, LINATTN_E_NULL, "q is NULL", NULL),
+    ENTRY(null_o, NONE, LINATTN_E_NULL, "o is NULL", NULL),
+    ENTRY(null_g, TOKEN, LINATTN_E_NULL, "g (cfg->gate is not NONE) is NULL", NULL),
+    ENTRY(s_without_z, NONE, LINATTN_E_NULL, "z is NULL but s is not", NULL),
+    ENTRY(z_without_s, NONE, LINATTN_E_NULL, "s is NULL but z is not", NULL),
+    ENTRY(zero_batch, NONE, LINATTN_E_SHAPE, "cfg->batch = 0", NULL),
+    ENTRY(zero_heads, NONE, LINATTN_E_SHAPE, "cfg->heads = 0", NULL),
+    ENTRY(zero_dk, NONE, LINATTN_E_SHAPE, "cfg->dk = 0", NULL),
+    ENTRY(negative_dv, NONE, LINATTN_E_SHAPE, "cfg->dv = -3", NULL),
+    ENTRY_STEP_IGNORES(zero_seq, NONE, LINATTN_E_SHAPE, "cfg->seq_len = 0", NULL),
+    ENTRY(huge_dims, NONE, LINATTN_E_SHAPE, "state", "too large"),
+    ENTRY(huge_stride, NONE, LINATTN_E_SHAPE, "q: its shape and strides", NULL),
+    ENTRY_STEP_IGNORES(negative_stride, NONE, LINATTN_E_STRIDE, "cfg->k.token = -1", NULL),
+    ENTRY(negative_g_stride, TOKEN, LINATTN_E_STRIDE, "cfg->g.head = -1", NULL),
+    ENTRY(bad_phi, NONE, LINATTN_E_ARG, "cfg->phi = 7", NULL),
+    ENTRY(bad_gate, NONE, LINATTN_E_ARG, "cfg->gate = 9", NULL),
+    ENTRY(bad_algo, NONE, LINATTN_E_ARG, "cfg->algo = -1", NULL),
+    ENTRY(bad_causal, NONE, LINATTN_E_ARG, "cfg->causal = 2", NULL),
+    ENTRY(bad_normalize, NONE, LINATTN_E_ARG, "cfg->normalize = -1", NULL),
+    ENTRY(bad_head_map, NONE, LINATTN_E_ARG, "cfg->head_map = 5", NULL),
+    ENTRY(bad_qk_heads, NONE, LINATTN_E_ARG, "cfg->qk_heads = 3", NULL),
+    ENTRY(bad_l2norm, NONE, LINATTN_E_ARG, "cfg->qk_l2norm = 2", NULL),
+    ENTRY(negative_eps, NONE, LINATTN_E_ARG, "cfg->eps", NULL),
+    ENTRY(nan_eps, NONE, LINATTN_E_ARG, "cfg->eps = nan", NULL),
+    ENTRY(inf_scale, NONE, LINATTN_E_ARG, "cfg->scale = inf", NULL),
+    ENTRY(negative_chunk, NONE, LINATTN_E_ARG, "cfg->chunk = -1", NULL),
+    ENTRY(negative_threads, NONE, LINATTN_E_ARG, "cfg->num_threads = -1", NULL),
+    ENTRY(small_struct, NONE, LINATTN_E_ARG, "cfg->struct_size", "linattn_config_init"),
+    ENTRY(large_struct, NONE, LINATTN_E_ARG, "cfg->struct_size", "linattn_config_init"),
+    ENTRY(garbage_struct, NONE, LINATTN_E_ARG, "cfg->struct_size", "linattn_config_init"),
+    ENTRY(positive_g, TOKEN, LINATTN_E_ARG, "g[b=0,h=1,t=0] = 0.5", "decay factor"),
+    ENTRY(nan_g, CHANNEL, LINATTN_E_ARG, "g[b=0,h=1,t=0,c=2] = nan", NULL),
+    ENTRY(minus_inf_g, HEAD, LINATTN_E_ARG, "g[b=0,h=1] = -inf", "reset"),
+    ENTRY_STEP_IGNORES(gated_noncausal, TOKEN, LINATTN_E_ARG, "cfg->causal = 0 with a gate", NULL),
+    ENTRY(o_overlaps_q, NONE, LINATTN_E_OVERLAP, "o overlaps q", NULL),
+    ENTRY(o_overlaps_itself, NONE, LINATTN_E_OVERLAP, "o overlaps itself", NULL),
+    ENTRY(o_head_stride_zero, NONE, LINATTN_E_OVERLAP, "o overlaps itself", NULL),
+    ENTRY(s_overlaps_v, NONE, LINATTN_E_OVERLAP, "s overlaps v", NULL),
+    ENTRY(z_overlaps_s, NONE, LINATTN_E_OVERLAP, "s overlaps z", NULL),
+    ENTRY(s_overlaps_o, NONE, LINATTN_E_OVERLAP, "o overlaps s", NULL),
+    ENTRY(z_overlaps_g, CHANNEL, LINATTN_E_OVERLAP, "z overlaps g", NULL),
+};
+enum { N_BAD_CASES = sizeof bad_cases / sizeof bad_cases[0] };
+
+/* _i indexes bad_cases; each case runs through forward and through step. */
+START_TEST(bad_input_writes_nothing)
+{
+    const bad_case *bc = &bad_cases[_i];
+    for (int step = 0; step <= 1; step++) {
+        const char *entry = step ? "step" : "forward";
+        guarded_call c;
+        bad_setup(&c, bc->gate);
+        linattn_config cfg = c.p.cfg;
+        const float *q = c.p.q;
+        float *o = c.p.o, *s = c.p.s, *z = c.p.z;
+        /* cases may change g's pointer or values: the good call after
+         * them needs the originals back */
+        float *g = c.p.g, *g_copy = g ? snapshot(g, gate_floats(bc->gate)) : NULL;
+        bc->mutate(&c.p, &cfg, &q, &o, &s, &z);
+        const linattn_config *pc = bc->null_cfg ? NULL : &cfg;
+        const linattn_status st = step ? linattn_step(pc, q, c.p.k, c.p.v, c.p.g, o, s, z)
+                                       : linattn_forward(pc, q, c.p.k, c.p.v, c.p.g, o, s, z);
+        if (g)
+            memcpy(g, g_copy, gate_floats(bc->gate) * sizeof(float));
+        c.p.g = g;
+        free(g_copy);
+        if (step && bc->step == STEP_IGNORES) {
+            ck_assert_msg(st == LINATTN_OK, "%s (step ignores it): got %d (%s): %s", bc->name,
+                          st, linattn_strerror(st), linattn_last_error());
+            ck_assert_success();
+            bad_teardown(&c);
+            continue;
+        }
+        ck_assert_msg(st == bc->expected, "%s (%s): got %d (%s), want %d; \"%s\"", bc->name,
+                      entry, st, linattn_strerror(st), bc->expected, linattn_last_error());
+        check_untouched(&c, bc->name);
+        ck_assert_error_has(bc->says);
+        if (bc->also_says)
+            ck_assert_error_has(bc->also_says);
+        expect_success_clears(&c, step);
+        bad_teardown(&c);
+    }
+}
+END_TEST
+
+/* ---- the delta rule's own checks --------------------------------------- */
+
+typedef struct {
+    const char *name;
+    linattn_status expected;
+    const char *says;
+    step_rule step;
+} delta_case;
+
+static const delta_case delta_cases[] = {
+    {"normalize", LINATTN_E_ARG, "cfg->normalize = 1", STEP_SAME},
+    {"noncausal", LINATTN_E_ARG, "cfg->causal = 0", STEP_IGNORES},
+    {"null_beta", LINATTN_E_NULL, "beta is NULL", STEP_SAME},
+    {"beta_above_2", LINATTN_E_ARG, "beta[b=1,h=0,t=0] = 2.5", STEP_SAME},
+    {"nan_beta", LINATTN_E_ARG, "beta[b=0,h=1,t=0] = nan", STEP_SAME},
+    {"negative_beta_token_stride", LINATTN_E_STRIDE, "cfg->beta.token = -1", STEP_IGNORES},
+    {"negative_beta_head_stride", LINATTN_E_STRIDE, "cfg->beta.head = -2", STEP_SAME},
+    {"s_overlaps_beta", LINATTN_E_OVERLAP, "s overlaps beta", STEP_SAME},
+    {"step_null_s", LINATTN_E_NULL, "s is NULL", STEP_SAME},
+};
+enum { N_DELTA_CASES = sizeof delta_cases / sizeof delta_cases[0] };
+
+START_TEST(delta_bad_input_writes_nothing)
+{
+    const delta_case *dc = &delta_cases[_i];
+    for (int step = 0; step <= 1; step++) {
+        guarded_call c;
+        bad_setup(&c, LINATTN_GATE_TOKEN);
+        c.p.cfg.normalize = 0;
+        float *beta = guarded_floats(&c.p, BB * BH * BT, 0);
+        for (int i = 0; i < BB * BH * BT; i++)
+            beta[i] = 0.5f;
+        linattn_config cfg = c.p.cfg;
+        const float *pb = beta;
+        float *s = c.p.s;
+        const char *n = dc->name;
+        if (!strcmp(n, "normalize"))
+            cfg.normalize = 1;
+        else if (!strcmp(n, "noncausal"))
+            cfg.causal = 0;
+        else if (!strcmp(n, "null_beta"))
+            pb = NULL;
+        else if (!strcmp(n, "beta_above_2"))
+            beta[BH * BT] = 2.5f; /* (b1, h0, t0) */
+        else if (!strcmp(n, "nan_beta"))
+            beta[BT] = NAN; /* (b0, h1, t0) */
+        else if (!strcmp(n, "negative_beta_token_stride"))
+            cfg.beta.token = -1;
+        else if (!strcmp(n, "negative_beta_head_stride"))
+            cfg.beta.head = -2;
+        else if (!strcmp(n, "s_overlaps_beta"))
+            s = beta;
+        else if (!strcmp(n, "step_null_s"))
+            s = NULL;
+        if (!step && !strcmp(n, "step_null_s")) { /* forward: a zero initial state */
+            bad_teardown(&c);
+            continue;
+        }
+        const linattn_status st =
+            step ? linattn_delta_step(&cfg, c.p.q, c.p.k, c.p.v, c.p.g, pb, c.p.o, s)
+                 : linattn_delta_forward(&cfg, c.p.q, c.p.k, c.p.v, c.p.g, pb, c.p.o, s);
+        if (step && dc->step == STEP_IGNORES) {
+            ck_assert_msg(st == LINATTN_OK, "delta %s (step ignores it): %d: %s", n, st,
+                          linattn_last_error());
+            ck_assert_success();
+            bad_teardown(&c);
+            continue;
+        }
+        ck_assert_msg(st == dc->expected, "delta %s (%s): got %d, want %d; \"%s\"", n,
+                      step ? "step" : "forward", st, dc->expected, linattn_last_error());
+        check_untouched(&c, n);
+        ck_assert_error_has(dc->says);
+        for (int i = 0; i < BB * BH * BT; i++)
+            beta[i] = 0.5f;
+        const linattn_status ok =
+            step ? linattn_delta_step(&c.p.cfg, c.p.q, c.p.k, c.p.v, c.p.g, beta, c.p.o, c.p.s)
+                 : linattn_delta_forward(&c.p.cfg, c.p.q, c.p.k, c.p.v, c.p.g, beta, c.p.o,
+                                         c.p.s);
+        ck_assert_int_eq(ok, LINATTN_OK);
+        ck_assert_success();
+        bad_teardown(&c);
+    }
+}
+END_TEST
+
+START_TEST(step_requires_state)
+{
+    guarded_call c;
+    bad_setup(&c, LINATTN_GATE_NONE);
+    ck_assert_int_eq(linattn_step(&c.p.cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, NULL, NULL),
+                     LINATTN_E_NULL);
+    ck_assert_error_has("s is NULL");
+    ck_assert_int_eq(linattn_step(&c.p.cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, c.p.s, NULL),
+                     LINATTN_E_NULL);
+    ck_assert_error_has("z is NULL");
+    check_untouched(&c, "step_requires_state");
+    /* without the normaliser z is neither read nor needed, nor written */
+    c.p.cfg.normalize = 0;
+    ck_assert_int_eq(linattn_step(&c.p.cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, c.p.s, NULL),
+                     LINATTN_OK);
+    ck_assert_success();
+    ck_assert_int_eq(linattn_forward(&c.p.cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, c.p.s, c.p.z),
+                     LINATTN_OK);
+    ck_assert_msg(same_bytes(c.z_copy, c.p.z, c.nz), "z written with normalize = 0");
+    bad_teardown(&c);
+}
+END_TEST
+
+/* As after LINATTN_ISA named a table that cannot run: every compute call
+ * fails, writes nothing and says how to recover. Needs a fresh process (the
+ * registry reads LINATTN_ISA once): Check's fork mode gives one. */
+START_TEST(inactive_isa_is_an_error)
+{
+    if (fork_mode == CK_NOFORK) {
+        printf("inactive_isa_is_an_error: skipped without fork mode\n");
+        return;
+    }
+    setenv("LINATTN_ISA", "bogus", 1);
+    guarded_call c;
+    bad_setup(&c, LINATTN_GATE_NONE);
+    ck_assert_int_eq(problem_forward(&c.p), LINATTN_E_ISA);
+    ck_assert_error_has("LINATTN_ISA=bogus");
+    ck_assert_error_has("linattn_set_isa");
+    ck_assert_int_eq(linattn_step(&c.p.cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, c.p.s, c.p.z),
+                     LINATTN_E_ISA);
+    check_untouched(&c, "inactive isa");
+    ck_assert_int_eq(linattn_set_isa((linattn_isa)99), LINATTN_E_ISA);
+    ck_assert_error_has("linattn_set_isa(99");
+    ck_assert_int_eq(linattn_set_isa(LINATTN_ISA_SCALAR), LINATTN_OK);
+    ck_assert_success();
+    expect_success_clears(&c, 0);
+    bad_teardown(&c);
+}
+END_TEST
+
+/* ---- messages in words ----------------------------------------------- */
+
+/* A decay factor a in (0, 1] where log(a) belongs: the message says so. */
+START_TEST(decay_factor_named)
+{
+    static const float factors[] = {1e-3f, 0.5f, 0.97f, 1.0f};
+    for (int gate = LINATTN_GATE_HEAD; gate <= LINATTN_GATE_CHANNEL; gate++)
+        for (size_t i = 0; i < sizeof factors / sizeof factors[0]; i++) {
+            guarded_call c;
+            bad_setup(&c, (linattn_gate)gate);
+            c.p.g[1] = factors[i];
+            ck_assert_int_eq(problem_forward(&c.p), LINATTN_E_ARG);
+            check_untouched(&c, "decay factor");
+            ck_assert_error_has("decay factor");
+            ck_assert_error_has("log");
+            bad_teardown(&c);
+        }
+}
+END_TEST
+
+/* A config never passed through linattn_config_init (stack garbage). */
+START_TEST(uninitialised_config_named)
+{
+    static const unsigned char fill[] = {0x00, 0xAB, 0xFF, 0x11};
+    for (size_t i = 0; i < sizeof fill; i++) {
+        guarded_call c;
+        bad_setup(&c, LINATTN_GATE_NONE);
+        linattn_config cfg;
+        memset(&cfg, fill[i], sizeof cfg);
+        ck_assert_int_eq(linattn_forward(&cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, c.p.s, c.p.z),
+                         LINATTN_E_ARG);
+        ck_assert_error_has("struct_size");
+        ck_assert_error_has("linattn_config_init");
+        ck_assert_int_eq(linattn_step(&cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, c.p.s, c.p.z),
+                         LINATTN_E_ARG);
+        ck_assert_error_has("linattn_config_init");
+        check_untouched(&c, "uninitialised config");
+        bad_teardown(&c);
+    }
+}
+END_TEST
+
+/* ---- last_error is per thread ------------------------------------------ */
+
+typedef struct {
+    int fail;           /* make a failing call (dv = -2), else a good one */
+    char before[320];   /* the thread's message before any call */
+    char after[320];
+    const char *where;  /* linattn_last_error()'s pointer in that thread */
+    linattn_status st;
+} thread_probe;
+
+static void *probe_thread(void *arg)
+{
+    thread_probe *t = arg;
+    snprintf(t->before, sizeof t->before, "%s", linattn_last_error());
+    float q[4] = {0.1f, 0.2f, 0.3f, 0.4f}, k[4] = {1, 0, 0, 1}, v[4] = {1, 2, 3, 4}, o[4];
+    linattn_config cfg;
+    linattn_config_init(&cfg, 1, 1, 2, 2, 2);
+    if (t->fail)
+        cfg.dv = -2;
+    t->st = linattn_forward(&cfg, q, k, v, NULL, o, NULL, NULL);
+    snprintf(t->after, sizeof t->after, "%s", linattn_last_error());
+    t->where = linattn_last_error();
+    return NULL;
+}
+
+START_TEST(last_error_is_thread_local)
+{
+    guarded_call c;
+    bad_setup(&c, LINATTN_GATE_NONE);
+    linattn_config cfg = c.p.cfg;
+    cfg.dk = 0;
+    ck_assert_int_eq(linattn_forward(&cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, c.p.s, c.p.z),
+                     LINATTN_E_SHAPE);
+    ck_assert_error_has("cfg->dk = 0");
+    const char *mine = linattn_last_error();
+
+    for (int fail = 1; fail >= 0; fail--) {
+        thread_probe t = {.fail = fail};
+        pthread_t th;
+        ck_assert_int_eq(pthread_create(&th, NULL, probe_thread, &t), 0);
+        ck_assert_int_eq(pthread_join(th, NULL), 0);
+        ck_assert_str_eq(t.before, "success"); /* a new thread starts clean */
+        ck_assert_int_eq(t.st, fail ? LINATTN_E_SHAPE : LINATTN_OK);
+        if (fail)
+            ck_assert_msg(strstr(t.after, "cfg->dv = -2"), "other thread: \"%s\"", t.after);
+        else
+            ck_assert_str_eq(t.after, "success");
+        ck_assert_msg(t.where != mine, "two threads share one message buffer");
+        /* this thread's message is untouched by the other's call */
+        ck_assert_error_has("cfg->dk = 0");
+    }
+    bad_teardown(&c);
+}
+END_TEST
+
+/* ---- ignored fields are ignored ------------------------------------------ */
+
+/* Per-token decode buffers, [B][H][D] (g [B][H] or [B][H][dk]), with a
+ * random state: what linattn_config_init_step describes. */
+typedef struct {
+    int64_t B, H, dk, dv;
+    linattn_gate gate;
+    problem mem; /* owns the guarded buffers */
+    float *q, *k, *v, *g, *beta, *o, *s, *z;
+    float *s0, *z0;
+} decode;
+
+static void decode_make(decode *d, int64_t B, int64_t H, int64_t dk, int64_t dv,
+                        linattn_gate gate)
+{
+    memset(d, 0, sizeof *d);
+    d->B = B, d->H = H, d->dk = dk, d->dv = dv, d->gate = gate;
+    const size_t nq = (size_t)(B * H * dk), nv = (size_t)(B * H * dv), ns = (size_t)(nq * dv);
+    const size_t ng = gate == LINATTN_GATE_CHANNEL ? nq : gate == LINATTN_GATE_HEAD ? (size_t)H
+                                                                                    : (size_t)(B * H);
+    float **in[] = {&d->q, &d->k, &d->v};
+    const size_t nin[] = {nq, nq, nv};
+    for (int i = 0; i < 3; i++) {
+        *in[i] = guarded_floats(&d->mem, nin[i], 0);
+        for (size_t j = 0; j < nin[i]; j++)
+            (*in[i])[j] = rand_uniform(-1, 1);
+    }
+    d->g = guarded_floats(&d->mem, ng, 0);
+    for (size_t j = 0; j < ng; j++)
+        d->g[j] = rand_uniform(-1, 0);
+    d->beta = guarded_floats(&d->mem, (size_t)(B * H), 0);
+    for (int64_t j = 0; j < B * H; j++)
+        d->beta[j] = rand_uniform(0, 2);
+    d->o = guarded_floats(&d->mem, nv, 0);
+    d->s = guarded_floats(&d->mem, ns, 0);
+    d->z = guarded_floats(&d->mem, nq, 0);
+    d->s0 = malloc(ns * sizeof(float));
+    d->z0 = malloc(nq * sizeof(float));
+    for (size_t j = 0; j < ns; j++)
+        d->s0[j] = rand_uniform(-1, 1);
+    for (size_t j = 0; j < nq; j++)
+        d->z0[j] = rand_uniform(0, 2);
+}
+
+static void decode_free(decode *d)
+{
+    free(d->s0);
+    free(d->z0);
+    problem_free(&d->mem);
+}
+
+/* Outputs of one call, copied out. */
+typedef struct {
+    linattn_status st;
+    float *o, *s, *z;
+} result;
+
+static void result_free(result *r)
+{
+    free(r->o);
+    free(r->s);
+    free(r->z);
+}
+
+enum { ADDITIVE, DELTA };
+
+/* One step (or a T = 1 forward) from the initial state. */
+static result decode_run(decode *d, const linattn_config *cfg, int family, int forward)
+{
+    const size_t nv = (size_t)(d->B * d->H * d->dv), nq = (size_t)(d->B * d->H * d->dk);
+    memcpy(d->s, d->s0, nq * (size_t)d->dv * sizeof(float));
+    memcpy(d->z, d->z0, nq * sizeof(float));
+    for (size_t i = 0; i < nv; i++)
+        d->o[i] = NAN;
+    const float *g = cfg->gate == LINATTN_GATE_NONE ? NULL : d->g;
+    result r;
+    if (family == DELTA)
+        r.st = forward ? linattn_delta_forward(cfg, d->q, d->k, d->v, g, d->beta, d->o, d->s)
+                       : linattn_delta_step(cfg, d->q, d->k, d->v, g, d->beta, d->o, d->s);
+    else
+        r.st = forward ? linattn_forward(cfg, d->q, d->k, d->v, g, d->o, d->s, d->z)
+                       : linattn_step(cfg, d->q, d->k, d->v, g, d->o, d->s, d->z);
+    r.o = snapshot(d->o, nv);
+    r.s = snapshot(d->s, nq * (size_t)d->dv);
+    r.z = snapshot(d->z, nq);
+    return r;
+}
+
+static void expect_same_result(const decode *d, const result *a, const result *b,
+                               const char *what)
+{
+    const size_t nv = (size_t)(d->B * d->H * d->dv), nq = (size_t)(d->B * d->H * d->dk);
+    ck_assert_msg(a->st == LINATTN_OK && b->st == LINATTN_OK, "%s: status %d and %d (%s)", what,
+                  a->st, b->st, linattn_last_error());
+    ck_assert_msg(same_bytes(a->o, b->o, nv), "%s: o differs", what);
+    ck_assert_msg(same_bytes(a->s, b->s, nq * (size_t)d->dv), "%s: s differs", what);
+    ck_assert_msg(same_bytes(a->z, b->z, nq), "%s: z differs", what);
+}
+
+static const char *const gate_names[] = {"none", "head", "token", "channel"};
+
+/* A step ignores seq_len and every token stride: garbage there gives the
+ * bit-identical result. */
+START_TEST(step_ignores_seq_len_and_token_strides)
+{
+    static const int64_t seq_lens[] = {0, -5, INT64_MIN, 1000000};
+    static const int64_t token_strides[] = {-1, -7, INT64_MIN, INT64_MAX, 1 << 30};
+    for (int family = ADDITIVE; family <= DELTA; family++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+            decode d;
+            decode_make(&d, 2, 3, 5, 7, (linattn_gate)gate);
+            linattn_config sane;
+            linattn_config_init_step(&sane, 2, 3, 5, 7);
+            linattn_config_set_gate(&sane, (linattn_gate)gate);
+            if (family == DELTA)
+                sane.normalize = 0;
+            result ref = decode_run(&d, &sane, family, 0);
+            for (size_t i = 0; i < 4; i++) {
+                linattn_config bad = sane;
+                bad.seq_len = seq_lens[i];
+                const int64_t ts = token_strides[i];
+                bad.q.token = bad.k.token = bad.v.token = bad.o.token = ts;
+                bad.g.token = bad.beta.token = token_strides[(i + 1) % 5];
+                result r = decode_run(&d, &bad, family, 0);
+                char what[160];
+                snprintf(what, sizeof what, "%s step, gate %s, seq_len %lld, token strides %lld",
+                         family == DELTA ? "delta" : "additive", gate_names[gate],
+                         (long long)seq_lens[i], (long long)ts);
+                expect_same_result(&d, &r, &ref, what);
+                ck_assert_success();
+                result_free(&r);
+            }
+            result_free(&ref);
+            decode_free(&d);
+        }
+}
+END_TEST
+
+/* Forward: g strides are not read without a gate, nor the token stride of
+ * a per-head gate. */
+START_TEST(forward_ignores_unused_g_strides)
+{
+    for (int family = ADDITIVE; family <= DELTA; family++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_HEAD; gate++) {
+            spec sp = spec_default(2, 3, 20, 6, 5);
+            sp.gate = (linattn_gate)gate;
+            sp.with_state = 1;
+            problem p;
+            problem_make(&p, &sp);
+            float *beta = guarded_floats(&p, 2 * 3 * 20, 0);
+            for (int i = 0; i < 2 * 3 * 20; i++)
+                beta[i] = rand_uniform(0, 2);
+            if (family == DELTA)
+                p.cfg.normalize = 0;
+            const size_t no = 2 * 3 * 20 * 5, ns = 2 * 3 * 6 * 5, nz = 2 * 3 * 6;
+            float *o_ref = NULL, *s_ref = NULL, *z_ref = NULL;
+            static const linattn_strides garbage[] = {
+                {0, 0, 0}, {-1, -2, -3}, {INT64_MIN, -1, INT64_MAX}, {0, 1, -4}, {0, 1, 12345}};
+            for (size_t i = 0; i < 5; i++) {
+                linattn_config cfg = p.cfg;
+                if (gate == LINATTN_GATE_NONE)
+                    cfg.g = garbage[i];
+                else if (i > 0)
+                    cfg.g.token = garbage[i].token;
+                memcpy(p.s, p.s_init, ns * sizeof(float));
+                memcpy(p.z, p.z_init, nz * sizeof(float));
+                const linattn_status st =
+                    family == DELTA
+                        ? linattn_delta_forward(&cfg, p.q, p.k, p.v, p.g, beta, p.o, p.s)
+                        : linattn_forward(&cfg, p.q, p.k, p.v, p.g, p.o, p.s, p.z);
+                ck_assert_msg(st == LINATTN_OK, "%s gate %s, g strides %lld %lld %lld: %s",
+                              family == DELTA ? "delta" : "additive", gate_names[gate],
+                              (long long)cfg.g.batch, (long long)cfg.g.head,
+                              (long long)cfg.g.token, linattn_last_error());
+                if (i == 0) {
+                    o_ref = snapshot(p.o, no), s_ref = snapshot(p.s, ns), z_ref = snapshot(p.z, nz);
+                    continue;
+                }
+                ck_assert_msg(same_bytes(o_ref, p.o, no) && same_bytes(s_ref, p.s, ns) &&
+                                  same_bytes(z_ref, p.z, nz),
+                              "gate %s: g strides %lld %lld %lld changed the result",
+                              gate_names[gate], (long long)cfg.g.batch, (long long)cfg.g.head,
+                              (long long)cfg.g.token);
+            }
+            free(o_ref), free(s_ref), free(z_ref);
+            problem_free(&p);
+        }
+}
+END_TEST
+
+/* A config exactly as long as 0.1's, ending at a guard page (so reading
+ * past struct_size faults): OK, and the 0.2 fields take their defaults. */
+START_TEST(config_from_0_1_caller)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char *map =
+        mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(map, MAP_FAILED);
+    ck_assert_int_eq(mprotect(map + page, page, PROT_NONE), 0);
+    _Static_assert(CONFIG_V1_SIZE % 8 == 0, "the 0.1 config ends on an int64");
+    linattn_config *old = (linattn_config *)(void *)(map + page - CONFIG_V1_SIZE);
+
+    for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+        spec sp = spec_default(2, 4, 21, 6, 5);
+        sp.gate = (linattn_gate)gate;
+        sp.with_state = 1;
+        problem p;
+        problem_make(&p, &sp);
+        const size_t no = 2 * 4 * 21 * 5, ns = 2 * 4 * 6 * 5, nz = 2 * 4 * 6;
+        ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+        float *o_ref = snapshot(p.o, no), *s_ref = snapshot(p.s, ns), *z_ref = snapshot(p.z, nz);
+
+        memcpy(old, &p.cfg, CONFIG_V1_SIZE);
+        old->struct_size = CONFIG_V1_SIZE;
+        memcpy(p.s, p.s_init, ns * sizeof(float));
+        memcpy(p.z, p.z_init, nz * sizeof(float));
+        for (size_t i = 0; i < no; i++)
+            p.o[i] = NAN;
+        ck_assert_msg(linattn_forward(old, p.q, p.k, p.v, p.g, p.o, p.s, p.z) == LINATTN_OK,
+                      "0.1 config, gate %s: %s", gate_names[gate], linattn_last_error());
+        ck_assert_success();
+        ck_assert_msg(same_bytes(o_ref, p.o, no) && same_bytes(s_ref, p.s, ns) &&
+                          same_bytes(z_ref, p.z, nz),
+                      "0.1 config, gate %s: result differs from the defaults", gate_names[gate]);
+        ck_assert_int_eq(linattn_step(old, p.q, p.k, p.v, p.g, p.o, p.s, p.z), LINATTN_OK);
+
+        /* one byte short of 0.1, or longer than this version knows: refused */
+        const size_t bad_sizes[] = {CONFIG_V1_SIZE - 1, sizeof(linattn_config) + 1,
+                                    sizeof(linattn_config) + 64};
+        for (int i = 0; i < 3; i++) {
+            linattn_config cfg = p.cfg;
+            cfg.struct_size = bad_sizes[i];
+            memcpy(s_ref, p.s, ns * sizeof(float));
+            ck_assert_int_eq(linattn_forward(&cfg, p.q, p.k, p.v, p.g, p.o, p.s, p.z),
+                             LINATTN_E_ARG);
+            ck_assert_error_has("struct_size");
+            ck_assert_msg(same_bytes(s_ref, p.s, ns), "struct_size %zu: s written", bad_sizes[i]);
+        }
+        free(o_ref), free(s_ref), free(z_ref);
+        problem_free(&p);
+    }
+    munmap(map, 2 * page);
+}
+END_TEST
+
+/* linattn_config_init_step describes [B][H][D] buffers: a step through it
+ * equals a T = 1 forward through linattn_config_init on the same buffers. */
+START_TEST(config_init_step_decodes_per_token_buffers)
+{
+    static const int64_t dims[][4] = {{1, 1, 1, 1}, {2, 3, 5, 7}, {3, 2, 17, 16}, {1, 4, 64, 64}};
+    for (int family = ADDITIVE; family <= DELTA; family++)
+        for (size_t i = 0; i < 4; i++)
+            for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+                const int64_t B = dims[i][0], H = dims[i][1], dk = dims[i][2], dv = dims[i][3];
+                decode d;
+                decode_make(&d, B, H, dk, dv, (linattn_gate)gate);
+                linattn_config step, fwd;
+                linattn_config_init_step(&step, B, H, dk, dv);
+                linattn_config_set_gate(&step, (linattn_gate)gate);
+                linattn_config_init(&fwd, B, H, 1, dk, dv);
+                linattn_config_set_gate(&fwd, (linattn_gate)gate);
+                fwd.beta = step.beta;
+                if (family == DELTA)
+                    step.normalize = fwd.normalize = 0;
+                result a = decode_run(&d, &step, family, 0);
+                result b = decode_run(&d, &fwd, family, 1);
+                char what[128];
+                snprintf(what, sizeof what, "%s B=%lld H=%lld dk=%lld dv=%lld gate %s",
+                         family == DELTA ? "delta" : "additive", (long long)B, (long long)H,
+                         (long long)dk, (long long)dv, gate_names[gate]);
+                expect_same_result(&d, &a, &b, what);
+                /* the step config's strides are the contiguous [B][H][D] ones */
+                ck_assert_int_eq(step.q.batch, H * dk);
+                ck_assert_int_eq(step.q.head, dk);
+                ck_assert_int_eq(step.o.batch, H * dv);
+                ck_assert_int_eq(step.o.head, dv);
+                result_free(&a);
+                result_free(&b);
+                decode_free(&d);
+            }
+}
+END_TEST
+
+/* ---- sizes that cannot be formed --------------------------------------- */
+
+/* Address space only: PROT_NONE, no swap reserved. */
+static void *reserve(size_t bytes, int prot)
+{
+    void *p = mmap(NULL, bytes, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+enum { CANARY_BYTES = 4096 };
+
+/* The first and last page of a reserved output made writable and filled
+ * with a pattern, so "nothing written" can be checked at both ends (a write
+ * anywhere else faults). */
+static void canary_ends(unsigned char *p, size_t bytes)
+{
+    ck_assert_int_eq(mprotect(p, CANARY_BYTES, PROT_READ | PROT_WRITE), 0);
+    ck_assert_int_eq(mprotect(p + bytes - CANARY_BYTES, CANARY_BYTES, PROT_READ | PROT_WRITE), 0);
+    memset(p, 0x5A, CANARY_BYTES);
+    memset(p + bytes - CANARY_BYTES, 0x5A, CANARY_BYTES);
+}
+
+static int canary_intact(const unsigned char *p, size_t bytes)
+{
+    for (size_t i = 0; i < CANARY_BYTES; i++)
+        if (p[i] != 0x5A || p[bytes - CANARY_BYTES + i] != 0x5A)
+            return 0;
+    return 1;
+}
+
+/* chunk = T = 2^34 and dk = 2^26 with q, k, v of token stride 0 and o
+ * really spanning T floats: the pack of one chunk (chunk * dk * 16 bytes)
+ * does not fit in size_t. Refused, never wrapped into a small buffer. */
+START_TEST(huge_workspace_refused)
+{
+    const int64_t T = (int64_t)1 << 34, dk = (int64_t)1 << 26;
+    const size_t o_bytes = (size_t)T * sizeof(float), qk_bytes = (size_t)dk * sizeof(float);
+    unsigned char *o = reserve(o_bytes, PROT_NONE);
+    const float *q = reserve(qk_bytes, PROT_READ), *k = reserve(qk_bytes, PROT_READ);
+    if (!o || !q || !k) {
+        printf("huge_workspace_refused: skipped, cannot reserve %zu bytes of address space\n",
+               o_bytes + 2 * qk_bytes);
+        return;
+    }
+    canary_ends(o, o_bytes);
+    const float v[1] = {1.0f}, g[1] = {-0.5f};
+    const int isa = _i; /* one test per ISA, so each reports on its own */
+    if (!linattn_isa_available((linattn_isa)isa)) {
+        printf("huge_workspace_refused: %s not available here\n",
+               linattn_isa_name((linattn_isa)isa));
+        return;
+    }
+    ck_assert_int_eq(linattn_set_isa((linattn_isa)isa), LINATTN_OK);
+    printf("huge_workspace_refused: %s\n", linattn_isa_name((linattn_isa)isa));
+    fflush(stdout); /* names the table if the call crashes */
+    {
+        for (int variant = 0; variant < 8; variant++) {
+            linattn_config cfg;
+            linattn_config_init(&cfg, 1, 1, T, dk, 1);
+            cfg.q.token = cfg.k.token = cfg.v.token = 0;
+            cfg.algo = LINATTN_ALGO_CHUNKED;
+            /* one chunk or two (the sequence-parallel path with 2 threads) */
+            cfg.chunk = variant & 1 ? T / 2 : T;
+            cfg.num_threads = variant & 2 ? 2 : 1;
+            if (variant & 4)
+                linattn_config_set_gate(&cfg, LINATTN_GATE_HEAD);
+            const linattn_status st =
+                linattn_forward(&cfg, q, k, v, variant & 4 ? g : NULL, (float *)(void *)o, NULL,
+                                NULL);
+            ck_assert_msg(st == LINATTN_E_SHAPE || st == LINATTN_E_NOMEM,
+                          "%s, chunk %lld, %d threads%s: status %d (%s)",
+                          linattn_isa_name((linattn_isa)isa), (long long)cfg.chunk,
+                          cfg.num_threads, variant & 4 ? ", head gate" : "", st,
+                          linattn_last_error());
+            ck_assert_msg(strcmp(linattn_last_error(), "success") != 0, "no message");
+            ck_assert_msg(canary_intact(o, o_bytes), "%s: o written",
+                          linattn_isa_name((linattn_isa)isa));
+        }
+    }
+    munmap(o, o_bytes);
+    munmap((void *)q, qk_bytes);
+    munmap((void *)k, qk_bytes);
+}
+END_TEST
+
+/* s = z = NULL: the zero state the library would make, dk * dv * 4 bytes,
+ * does not fit in size_t. E_SHAPE, never a wrapped allocation. */
+START_TEST(huge_zero_state_refused)
+{
+    static const int64_t dims[][2] = {{(int64_t)1 << 31, (int64_t)1 << 31},
+                                      {(int64_t)1 << 32, (int64_t)1 << 31},
+                                      {(int64_t)1 << 33, (int64_t)1 << 32}};
+    for (int i = 0; i < 3; i++) {
+        const int64_t dk = dims[i][0], dv = dims[i][1];
+        const size_t qk_bytes = (size_t)dk * 4, v_bytes = (size_t)dv * 4;
+        const float *q = reserve(qk_bytes, PROT_READ), *k = reserve(qk_bytes, PROT_READ);
+        const float *v = reserve(v_bytes, PROT_READ);
+        unsigned char *o = reserve(v_bytes, PROT_NONE);
+        if (!q || !k || !v || !o) {
+            printf("huge_zero_state_refused: skipped dk=%lld dv=%lld, cannot reserve the "
+                   "address space\n",
+                   (long long)dk, (long long)dv);
+            continue;
+        }
+        canary_ends(o, v_bytes);
+        for (int family = ADDITIVE; family <= DELTA; family++)
+            for (int norm = 0; norm <= 1; norm++) {
+                if (family == DELTA && norm)
+                    continue;
+                linattn_config cfg;
+                linattn_config_init(&cfg, 1, 1, 1, dk, dv);
+                cfg.normalize = norm;
+                const float beta[1] = {1.0f};
+                const linattn_status st =
+                    family == DELTA
+                        ? linattn_delta_forward(&cfg, q, k, v, NULL, beta, (float *)(void *)o,
+                                                NULL)
+                        : linattn_forward(&cfg, q, k, v, NULL, (float *)(void *)o, NULL, NULL);
+                ck_assert_msg(st == LINATTN_E_SHAPE, "%s dk=%lld dv=%lld normalize=%d: %d (%s)",
+                              family == DELTA ? "delta" : "additive", (long long)dk,
+                              (long long)dv, norm, st, linattn_last_error());
+                ck_assert_error_has("too large");
+                ck_assert_msg(canary_intact(o, v_bytes), "o written");
+            }
+        munmap((void *)q, qk_bytes);
+        munmap((void *)k, qk_bytes);
+        munmap((void *)v, v_bytes);
+        munmap(o, v_bytes);
+    }
+}
+END_TEST
+
+/* ---- num_threads of any size ---------------------------------------------- */
+
+/* Runs p with `threads` (forward or step; additive or delta) from its
+ * initial state and returns o, s, z. */
+static result threads_run(problem *p, const float *beta, int threads, int family, int step)
+{
+    const linattn_config *c0 = &p->cfg;
+    const size_t no = (size_t)(c0->batch * c0->heads * c0->seq_len * c0->dv);
+    const size_t ns = (size_t)(c0->batch * c0->heads * c0->dk * c0->dv);
+    const size_t nz = (size_t)(c0->batch * c0->heads * c0->dk);
+    memcpy(p->s, p->s_init, ns * sizeof(float));
+    memcpy(p->z, p->z_init, nz * sizeof(float));
+    for (size_t i = 0; i < no; i++)
+        p->o[i] = NAN;
+    linattn_config cfg = p->cfg;
+    cfg.num_threads = threads;
+    result r;
+    if (family == DELTA)
+        r.st = step ? linattn_delta_step(&cfg, p->q, p->k, p->v, p->g, beta, p->o, p->s)
+                    : linattn_delta_forward(&cfg, p->q, p->k, p->v, p->g, beta, p->o, p->s);
+    else
+        r.st = step ? linattn_step(&cfg, p->q, p->k, p->v, p->g, p->o, p->s, p->z)
+                    : linattn_forward(&cfg, p->q, p->k, p->v, p->g, p->o, p->s, p->z);
+    r.o = snapshot(p->o, no), r.s = snapshot(p->s, ns), r.z = snapshot(p->z, nz);
+    return r;
+}
+
+/* 100000 and INT_MAX threads: OK (the team is capped, never handed to the
+ * OpenMP runtime as is) and bitwise the single-thread result, for the
+ * head-parallel and the sequence-parallel (B*H = 1, long T) forward, the
+ * recurrent forward and the step, of both families. */
+START_TEST(absurd_thread_counts)
+{
+    static const int counts[] = {100000, INT_MAX};
+    /* {B, H, T, chunk, algo}: head-parallel chunked, sequence-parallel, recurrent */
+    static const int64_t shapes[][5] = {{2, 3, 40, 16, LINATTN_ALGO_CHUNKED},
+                                        {1, 1, 400, 16, LINATTN_ALGO_CHUNKED},
+                                        {1, 2, 12, 0, LINATTN_ALGO_RECURRENT}};
+    for (int family = ADDITIVE; family <= DELTA; family++)
+        for (int si = 0; si < 3; si++)
+            for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+                const int64_t *sh = shapes[si];
+                spec sp = spec_default(sh[0], sh[1], sh[2], 8, 7);
+                sp.gate = (linattn_gate)gate;
+                sp.with_state = 1;
+                sp.chunk = sh[3];
+                sp.algo = (linattn_algo)sh[4];
+                problem p;
+                problem_make(&p, &sp);
+                if (family == DELTA)
+                    p.cfg.normalize = 0;
+                const int64_t nb = sh[0] * sh[1] * sh[2];
+                float *beta = guarded_floats(&p, (size_t)nb, 0);
+                for (int64_t i = 0; i < nb; i++)
+                    beta[i] = rand_uniform(0, 2);
+                for (int step = 0; step <= 1; step++) {
+                    result ref = threads_run(&p, beta, 1, family, step);
+                    ck_assert_int_eq(ref.st, LINATTN_OK);
+                    for (int ci = 0; ci < 2; ci++) {
+                        result r = threads_run(&p, beta, counts[ci], family, step);
+                        ck_assert_msg(r.st == LINATTN_OK, "%d threads: %s", counts[ci],
+                                      linattn_last_error());
+                        const size_t no = (size_t)nb * 7;
+                        const size_t ns = (size_t)(sh[0] * sh[1] * 56), nz = (size_t)(sh[0] * sh[1] * 8);
+                        ck_assert_msg(same_bytes(r.o, ref.o, no) && same_bytes(r.s, ref.s, ns) &&
+                                          same_bytes(r.z, ref.z, nz),
+                                      "%s %s %s, %d threads: differs from 1 thread",
+                                      family == DELTA ? "delta" : "additive",
+                                      step ? "step" : "forward", spec_name(&sp), counts[ci]);
+                        result_free(&r);
+                    }
+                    result_free(&ref);
+                }
+                problem_free(&p);
+            }
+}
+END_TEST
+
+/* ---- the documented conservative overlap rule ---------------------------- */
+
+/* o at offsets h*3 + t*2 (H = 2, T = 3, dv = 1) never collides, but its
+ * strides interleave; the documented rule rejects it. */
+START_TEST(interleaved_o_is_rejected)
+{
+    guarded_call c;
+    spec sp = spec_default(1, 2, 3, 4, 1);
+    sp.with_state = 1;
+    problem_make(&c.p, &sp);
+    c.no = 6, c.ns = 2 * 4, c.nz = 2 * 4;
+    c.o_copy = snapshot(c.p.o, c.no);
+    c.s_copy = snapshot(c.p.s, c.ns);
+    c.z_copy = snapshot(c.p.z, c.nz);
+    linattn_config cfg = c.p.cfg;
+    cfg.o = (linattn_strides){8, 3, 2};
+    ck_assert_int_eq(linattn_forward(&cfg, c.p.q, c.p.k, c.p.v, NULL, c.p.o, c.p.s, c.p.z),
+                     LINATTN_E_OVERLAP);
+    ck_assert_error_has("o overlaps itself");
+    check_untouched(&c, "interleaved o");
+    bad_teardown(&c);
+}
+END_TEST
+
+/* 1 + the last ISA the library names (they are numbered in order). */
+static int isa_limit(void)
+{
+    int isa = LINATTN_ISA_SCALAR;
+    while (strcmp(linattn_isa_name((linattn_isa)isa), "unknown") != 0)
+        isa++;
+    return isa;
+}
+
+static Suite *api_suite(void)
+{
+    Suite *s = suite_create("api");
+    TCase *bad = tcase_create("bad_input");
+    tcase_add_loop_test(bad, bad_input_writes_nothing, 0, N_BAD_CASES);
+    tcase_add_loop_test(bad, delta_bad_input_writes_nothing, 0, N_DELTA_CASES);
+    tcase_add_test(bad, step_requires_state);
+    tcase_add_test(bad, inactive_isa_is_an_error);
+    tcase_add_test(bad, decay_factor_named);
+    tcase_add_test(bad, uninitialised_config_named);
+    tcase_add_test(bad, last_error_is_thread_local);
+    tcase_add_test(bad, interleaved_o_is_rejected);
+    suite_add_tcase(s, bad);
+
+    TCase *ignored = tcase_create("ignored_fields");
+    tcase_add_test(ignored, step_ignores_seq_len_and_token_strides);
+    tcase_add_test(ignored, forward_ignores_unused_g_strides);
+    tcase_add_test(ignored, config_from_0_1_caller);
+    tcase_add_test(ignored, config_init_step_decodes_per_token_buffers);
+    suite_add_tcase(s, ignored);
+
+    TCase *limits = tcase_create("limits");
+    tcase_set_timeout(limits, 120);
+    tcase_add_loop_test(limits, huge_workspace_refused, LINATTN_ISA_SCALAR, isa_limit());
+    tcase_add_test(limits, huge_zero_state_refused);
+    tcase_add_test(limits, absurd_thread_counts);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int main(void)
+{
+    test_seed();
+    SRunner *sr = srunner_create(api_suite());
+    fork_mode = srunner_fork_status(sr);
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,694 @@
+/* Per-op tests: every op a table provides itself (not the scalar fallback
+ * the registry would resolve) against the scalar table's same op, called
+ * directly on shapes that straddle every register tile and vector width, so
+ * a kernel author sees which op broke, in which table, on which shape.
+ *
+ * Ops whose state or pack is private to a table run as pairs from one
+ * table (chunk_pack + chunk_output, chunk_pack + chunk_state +
+ * state_combine); only what the driver sees is compared: o rows, u and uz,
+ * the state. The delta ops run on a tile of value columns (j0 > 0, nj odd)
+ * and are compared with the scalar op over the whole width, which also
+ * checks the scalar table's own tiling. Every user array ends at a
+ * PROT_NONE page, so reading past its last row faults.
+ *
+ * Tables this CPU cannot run are reported as skipped; nothing exits 77. */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "table.h"
+#include "tolerance.h"
+
+/* Sizes below, at and above every register tile and vector width. */
+static const int64_t dims[] = {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65};
+static const int64_t rows[] = {1, 2, 5, 6, 7, 12, 23, 24, 25, 30, 31, 64};
+enum { NDIMS = sizeof dims / sizeof dims[0], NROWS = sizeof rows / sizeof rows[0] };
+
+static const la_table *scalar;
+
+static const char *const gate_names[] = {"none", "token", "channel"};
+static const char *const phi_names[] = {"elu1", "relu", "identity"};
+
+/* ---- guarded buffers, released together --------------------------------- */
+
+typedef struct {
+    void *base[48];
+    size_t len[48];
+    int n;
+} arena;
+
+/* n floats ending exactly at a PROT_NONE page; 64-byte aligned when asked
+ * (the driver's workspaces), else wherever the end puts them (user arrays). */
+static float *guarded(arena *a, size_t n, int aligned64)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t bytes = (n ? n : 1) * sizeof(float);
+    if (aligned64)
+        bytes = (bytes + 63) & ~(size_t)63;
+    const size_t data = (bytes + page - 1) / page * page;
+    unsigned char *base =
+        mmap(NULL, data + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED || mprotect(base + data, page, PROT_NONE) != 0 || a->n == 48)
+        abort();
+    a->base[a->n] = base, a->len[a->n++] = data + page;
+    return (float *)(void *)(base + data - bytes);
+}
+
+static void *guarded_bytes(arena *a, size_t bytes)
+{
+    return guarded(a, (bytes + sizeof(float) - 1) / sizeof(float), 1);
+}
+
+static void arena_free(arena *a)
+{
+    for (int i = 0; i < a->n; i++)
+        munmap(a->base[i], a->len[i]);
+    a->n = 0;
+}
+
+static float *filled(arena *a, size_t n, float lo, float hi)
+{
+    float *x = guarded(a, n, 0);
+    for (size_t i = 0; i < n; i++)
+        x[i] = rand_uniform(lo, hi);
+    return x;
+}
+
+/* Value that marks elements an op must not write. */
+#define UNTOUCHED 7777.0f
+
+/* ---- comparison and reporting ------------------------------------------- */
+
+typedef struct {
+    const char *op;
+    long cases, failed;
+    double worst; /* max relative error seen, as a fraction of LA_TOL_OP */
+} op_stat;
+
+enum { MAX_REPORTS = 8 };
+
+/* A block of rows x cols floats (row strides xs, rs) of the table's result
+ * x against the scalar's ref: max |x - ref| / max(1, max |ref|) within
+ * LA_TOL_OP; NaN or Inf where ref is finite fails. */
+static int compare(op_stat *st, const char *table, const char *shape, const char *what,
+                   const float *x, int64_t xs, const float *ref, int64_t rs, int64_t nrows,
+                   int64_t ncols)
+{
+    double scale = 1.0, err = 0.0;
+    for (int64_t r = 0; r < nrows; r++)
+        for (int64_t c = 0; c < ncols; c++) {
+            const double a = fabs((double)ref[r * rs + c]);
+            scale = a > scale ? a : scale;
+        }
+    for (int64_t r = 0; r < nrows; r++)
+        for (int64_t c = 0; c < ncols; c++) {
+            const double d = fabs((double)x[r * xs + c] - (double)ref[r * rs + c]);
+            err = d > err || isnan(d) ? d : err;
+        }
+    const double ratio = isnan(err) ? INFINITY : err / scale / LA_TOL_OP;
+    st->worst = ratio > st->worst ? ratio : st->worst;
+    if (ratio <= 1.0)
+        return 1;
+    if (st->failed++ < MAX_REPORTS)
+        printf("FAIL %s %s, %s: %s differs from scalar by %.3g of the tolerance\n", table,
+               st->op, shape, what, ratio);
+    return 0;
+}
+
+/* Elements outside what an op may write must keep their value. */
+static int untouched(op_stat *st, const char *table, const char *shape, const char *what,
+                     const float *x, const float *before, size_t n)
+{
+    if (memcmp(x, before, n * sizeof(float)) == 0)
+        return 1;
+    if (st->failed++ < MAX_REPORTS)
+        printf("FAIL %s %s, %s: wrote %s outside its rows/columns\n", table, st->op, shape,
+               what);
+    return 0;
+}
+
+/* ---- the additive family -------------------------------------------------- */
+
+/* One problem: inputs for T = t0 + n tokens, the initial state, and what
+ * the ops read from the head. */
+typedef struct {
+    int64_t dk, dv, n, chunk, t0, T;
+    la_gate gate;
+    int head_gate; /* TOKEN with g_ts = 0 (how the driver passes a HEAD gate) */
+    linattn_phi phi;
+    int norm;
+    const float *q, *k, *v, *g;
+    int64_t q_ts, k_ts, v_ts, o_ts, g_ts;
+    const float *s0, *z0;
+    char name[160];
+} add_case;
+
+static la_head head_of(const add_case *c, float *o, float *s, float *z)
+{
+    return (la_head){
+        .T = c->T,
+        .dk = c->dk,
+        .dv = c->dv,
+        .q = c->q,
+        .k = c->k,
+        .v = c->v,
+        .g = c->gate == LA_GATE_NONE ? NULL : c->g,
+        .o = o,
+        .q_ts = c->q_ts,
+        .k_ts = c->k_ts,
+        .v_ts = c->v_ts,
+        .g_ts = c->g_ts,
+        .o_ts = c->o_ts,
+        .s = s,
+        .z = c->norm ? z : NULL,
+        .scale = 0.75f,
+        .eps = 1e-6f,
+        .phi = c->phi,
+        .gate = c->gate,
+        .chunk = c->chunk,
+    };
+}
+
+enum { OP_OUTPUT, OP_STATE, OP_COMBINE, OP_TOKEN, OP_NONCAUSAL, N_ADD_OPS };
+static const char *const add_op_names[] = {"chunk_pack+chunk_output", "chunk_pack+chunk_state",
+                                           "state_combine", "token", "forward_noncausal"};
+
+/* One table's buffers for one shape, allocated once and refilled for
+ * every gate, phi and normaliser (mapping them per call costs more than
+ * the ops). */
+typedef struct {
+    arena mem;
+    void *pack1, *pack2;
+    float *o, *u, *uz, *s, *z, *u_in, *uz_in; /* chunk ops */
+    float *ot, *st, *zt, *zc;                /* token */
+    float *on, *sn, *zn;                     /* forward_noncausal */
+} add_bufs;
+
+static void add_bufs_make(add_bufs *b, const la_additive_ops *ops, const add_case *c)
+{
+    const size_t no = (size_t)(c->T * c->o_ts), ns = (size_t)(c->dk * c->dv), nz = (size_t)c->dk;
+    memset(b, 0, sizeof *b);
+    arena *a = &b->mem;
+    const size_t pack = la_size_up64(ops->pack_bytes(c->chunk, c->dk, c->dv));
+    b->pack1 = guarded_bytes(a, pack), b->pack2 = guarded_bytes(a, pack);
+    b->o = guarded(a, no, 0), b->ot = guarded(a, no, 0), b->on = guarded(a, no, 0);
+    b->u = guarded(a, ns, 1), b->u_in = guarded(a, ns, 1);
+    b->uz = guarded(a, nz, 1), b->uz_in = guarded(a, nz, 1), b->zc = guarded(a, nz, 1);
+    b->s = guarded(a, ns, 0), b->st = guarded(a, ns, 0), b->sn = guarded(a, ns, 0);
+    b->z = guarded(a, nz, 0), b->zt = guarded(a, nz, 0), b->zn = guarded(a, nz, 0);
+}
+
+static void fill(float *x, size_t n, float value)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = value;
+}
+
+/* Runs every op of `ops` on c, into b. */
+static void run_additive(const la_additive_ops *ops, const add_case *c, add_bufs *b)
+{
+    const int64_t dk = c->dk, dv = c->dv, T = c->T;
+    const size_t no = (size_t)(T * c->o_ts), ns = (size_t)(dk * dv), nz = (size_t)dk;
+
+    /* chunk_pack + chunk_output, from the state before the chunk */
+    fill(b->o, no, UNTOUCHED);
+    la_head h = head_of(c, b->o, NULL, NULL);
+    ops->chunk_pack(&h, c->t0, c->n, b->pack1);
+    ops->chunk_output(&h, b->pack1, c->t0, c->n, c->s0, c->norm ? c->z0 : NULL);
+
+    /* chunk_pack + chunk_state + state_combine, on a pack of their own */
+    fill(b->u, ns, UNTOUCHED);
+    fill(b->uz, nz, UNTOUCHED);
+    memcpy(b->s, c->s0, ns * sizeof(float));
+    memcpy(b->z, c->z0, nz * sizeof(float));
+    h = head_of(c, b->o, b->s, b->z);
+    ops->chunk_pack(&h, c->t0, c->n, b->pack2);
+    ops->chunk_state(&h, b->pack2, c->t0, c->n, b->u, c->norm ? b->uz : NULL);
+    memcpy(b->u_in, b->u, ns * sizeof(float));
+    memcpy(b->uz_in, b->uz, nz * sizeof(float));
+    ops->state_combine(&h, b->pack2, c->n, b->s, c->norm ? b->z : NULL, b->u_in,
+                       c->norm ? b->uz_in : NULL);
+
+    /* token: the n tokens from t0, carrying the state; the Kahan
+     * compensation of z (the recurrent forward) on every other shape */
+    fill(b->ot, no, UNTOUCHED);
+    memcpy(b->st, c->s0, ns * sizeof(float));
+    memcpy(b->zt, c->z0, nz * sizeof(float));
+    h = head_of(c, b->ot, b->st, b->zt);
+    if (c->norm && (dk + dv + c->n) % 2 == 0) {
+        memset(b->zc, 0, nz * sizeof(float));
+        h.zc = b->zc;
+    }
+    for (int64_t t = c->t0; t < T; t++)
+        ops->token(&h, c->q + t * c->q_ts, c->k + t * c->k_ts, c->v + t * c->v_ts,
+                   c->gate == LA_GATE_NONE ? NULL : c->g + t * c->g_ts, b->ot + t * c->o_ts);
+
+    /* forward_noncausal: gate NONE, all T tokens */
+    if (c->gate == LA_GATE_NONE) {
+        fill(b->on, no, UNTOUCHED);
+        memcpy(b->sn, c->s0, ns * sizeof(float));
+        memcpy(b->zn, c->z0, nz * sizeof(float));
+        h = head_of(c, b->on, b->sn, b->zn);
+        ops->forward_noncausal(&h);
+    }
+}
+
+static void compare_additive(const la_table *t, const add_case *c, const add_bufs *x,
+                             const add_bufs *ref, op_stat st[])
+{
+    const int64_t dk = c->dk, dv = c->dv, n = c->n, t0 = c->t0, ots = c->o_ts;
+    const char *tn = t->name, *sh = c->name;
+    /* rows t0.. of o; the rows before and the padding must stay untouched */
+    st[OP_OUTPUT].cases++;
+    compare(&st[OP_OUTPUT], tn, sh, "o", x->o + t0 * ots, ots, ref->o + t0 * ots, ots, n, dv);
+    untouched(&st[OP_OUTPUT], tn, sh, "o", x->o, ref->o, (size_t)(t0 * ots));
+    for (int64_t i = t0; i < c->T; i++)
+        untouched(&st[OP_OUTPUT], tn, sh, "o padding", x->o + i * ots + dv, ref->o + i * ots + dv,
+                  (size_t)(ots - dv));
+
+    st[OP_STATE].cases++;
+    compare(&st[OP_STATE], tn, sh, "u", x->u, dv, ref->u, dv, dk, dv);
+    if (c->norm)
+        compare(&st[OP_STATE], tn, sh, "uz", x->uz, dk, ref->uz, dk, 1, dk);
+    else
+        untouched(&st[OP_STATE], tn, sh, "uz (not normalising)", x->uz, ref->uz, (size_t)dk);
+
+    st[OP_COMBINE].cases++;
+    compare(&st[OP_COMBINE], tn, sh, "s", x->s, dv, ref->s, dv, dk, dv);
+    if (c->norm)
+        compare(&st[OP_COMBINE], tn, sh, "z", x->z, dk, ref->z, dk, 1, dk);
+    else
+        untouched(&st[OP_COMBINE], tn, sh, "z (not normalising)", x->z, c->z0, (size_t)dk);
+
+    st[OP_TOKEN].cases++;
+    compare(&st[OP_TOKEN], tn, sh, "o", x->ot + t0 * ots, ots, ref->ot + t0 * ots, ots, n, dv);
+    compare(&st[OP_TOKEN], tn, sh, "s", x->st, dv, ref->st, dv, dk, dv);
+    if (c->norm)
+        compare(&st[OP_TOKEN], tn, sh, "z", x->zt, dk, ref->zt, dk, 1, dk);
+    untouched(&st[OP_TOKEN], tn, sh, "o", x->ot, ref->ot, (size_t)(t0 * ots));
+
+    if (c->gate == LA_GATE_NONE) {
+        st[OP_NONCAUSAL].cases++;
+        compare(&st[OP_NONCAUSAL], tn, sh, "o", x->on, ots, ref->on, ots, c->T, dv);
+        compare(&st[OP_NONCAUSAL], tn, sh, "s", x->sn, dv, ref->sn, dv, dk, dv);
+        if (c->norm)
+            compare(&st[OP_NONCAUSAL], tn, sh, "z", x->zn, dk, ref->zn, dk, 1, dk);
+    }
+}
+
+/* ---- tables under test, and where a crash happened ---------------------- */
+
+typedef struct {
+    const la_table *t;
+    op_stat add[N_ADD_OPS], delta[2], size;
+} table_run;
+
+static table_run runs[16];
+static int nruns;
+
+/* What runs now, printed if an op crashes (a fault past a guard page). */
+static char current[320];
+
+static void on_fault(int sig)
+{
+    static const char head[] = "CRASH in ";
+    if (write(STDOUT_FILENO, head, sizeof head - 1) < 0 ||
+        write(STDOUT_FILENO, current, strlen(current)) < 0 || write(STDOUT_FILENO, "\n", 1) < 0)
+        _exit(1);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Every shape x gate x phi x normaliser: the scalar op once, then every
+ * table that provides the op. The scalar table's additive ops are the
+ * reference (the kernels suite checks them against the double oracle); here
+ * they still run on guarded buffers. */
+static void additive_all(void)
+{
+    const la_additive_ops *ref_ops = scalar->additive;
+    for (int id = 0; id < NDIMS; id++)
+        for (int iv = 0; iv < NDIMS; iv++)
+            for (int in = 0; in < NROWS; in++) {
+                arena inputs = {0};
+                add_case c = {.dk = dims[id], .dv = dims[iv], .n = rows[in], .t0 = 2};
+                const int64_t dk = c.dk, dv = c.dv;
+                /* a last chunk shorter than the chunk size on some shapes */
+                c.chunk = c.n + c.n % 3;
+                c.T = c.t0 + c.n;
+                c.q_ts = dk, c.k_ts = dk + 3, c.v_ts = dv, c.o_ts = dv + 1;
+                const float *q_any = filled(&inputs, (size_t)(c.T * c.q_ts), -1, 1);
+                const float *k_any = filled(&inputs, (size_t)(c.T * c.k_ts), -1, 1);
+                /* identity features with a normaliser: q, k >= 0 so the
+                 * denominator cannot cancel to ~0 (an ill-posed comparison) */
+                const float *q_pos = filled(&inputs, (size_t)(c.T * c.q_ts), 0, 1);
+                const float *k_pos = filled(&inputs, (size_t)(c.T * c.k_ts), 0, 1);
+                c.v = filled(&inputs, (size_t)(c.T * c.v_ts), -1, 1);
+                c.g = filled(&inputs, (size_t)(c.T * dk), -1, 0);
+                c.s0 = filled(&inputs, (size_t)(dk * dv), -1, 1);
+                c.z0 = filled(&inputs, (size_t)dk, 0, 2);
+                add_bufs ref, bufs[16];
+                add_bufs_make(&ref, ref_ops, &c);
+                for (int r = 0; r < nruns; r++)
+                    if (runs[r].t->additive && runs[r].t != scalar)
+                        add_bufs_make(&bufs[r], runs[r].t->additive, &c);
+
+                for (int gate = 0; gate < 4; gate++)
+                    for (int phi = 0; phi < 3; phi++)
+                        for (int norm = 0; norm <= 1; norm++) {
+                            c.gate = gate == 3 ? LA_GATE_TOKEN : (la_gate)gate;
+                            c.head_gate = gate == 3;
+                            c.g_ts = c.head_gate ? 0 : c.gate == LA_GATE_CHANNEL ? dk : 1;
+                            c.phi = (linattn_phi)phi;
+                            c.norm = norm;
+                            const int pos = norm && c.phi == LINATTN_PHI_IDENTITY;
+                            c.q = pos ? q_pos : q_any;
+                            c.k = pos ? k_pos : k_any;
+                            snprintf(c.name, sizeof c.name,
+                                     "dk=%lld dv=%lld n=%lld chunk=%lld t0=%lld gate=%s%s "
+                                     "phi=%s z=%d",
+                                     (long long)dk, (long long)dv, (long long)c.n,
+                                     (long long)c.chunk, (long long)c.t0, gate_names[c.gate],
+                                     c.head_gate ? " (per head, g_ts=0)" : "", phi_names[phi],
+                                     norm);
+                            snprintf(current, sizeof current, "scalar additive ops, %s", c.name);
+                            run_additive(ref_ops, &c, &ref);
+                            for (int r = 0; r < nruns; r++) {
+                                const la_table *t = runs[r].t;
+                                if (!t->additive || t == scalar)
+                                    continue;
+                                snprintf(current, sizeof current, "%s additive ops, %s", t->name,
+                                         c.name);
+                                run_additive(t->additive, &c, &bufs[r]);
+                                compare_additive(t, &c, &bufs[r], &ref, runs[r].add);
+                            }
+                        }
+                for (int r = 0; r < nruns; r++)
+                    if (runs[r].t->additive && runs[r].t != scalar)
+                        arena_free(&bufs[r].mem);
+                arena_free(&ref.mem);
+                arena_free(&inputs);
+            }
+}
+
+/* ---- the delta family ----------------------------------------------------- */
+
+typedef struct {
+    int64_t dk, dv, T, chunk, j0, nj;
+    la_gate gate;
+    int head_gate, l2norm;
+    linattn_phi phi;
+    const float *q, *k, *v, *g, *beta, *s0;
+    int64_t q_ts, k_ts, v_ts, o_ts, g_ts;
+    char name[200];
+} delta_case;
+
+static la_delta_head delta_head_of(const delta_case *c, float *o, float *s)
+{
+    return (la_delta_head){
+        .T = c->T,
+        .dk = c->dk,
+        .dv = c->dv,
+        .q = c->q,
+        .k = c->k,
+        .v = c->v,
+        .g = c->gate == LA_GATE_NONE ? NULL : c->g,
+        .beta = c->beta,
+        .o = o,
+        .q_ts = c->q_ts,
+        .k_ts = c->k_ts,
+        .v_ts = c->v_ts,
+        .g_ts = c->g_ts,
+        .beta_ts = 1,
+        .o_ts = c->o_ts,
+        .s = s,
+        .scale = 0.75f,
+        .phi = c->phi,
+        .l2norm = c->l2norm,
+        .gate = c->gate,
+        .chunk = c->chunk,
+    };
+}
+
+/* Buffers of one table for one delta shape: workspaces for the tile, o
+ * and s. */
+typedef struct {
+    arena mem;
+    void *ws[2]; /* recurrent, chunked */
+    float *o, *s;
+} delta_bufs;
+
+static void delta_bufs_make(delta_bufs *b, const la_delta_ops *ops, const delta_case *c,
+                            int64_t nj)
+{
+    memset(b, 0, sizeof *b);
+    b->ws[0] = guarded_bytes(&b->mem, la_size_up64(ops->recurrent_bytes(c->T, c->dk, nj)));
+    b->ws[1] = guarded_bytes(&b->mem, la_size_up64(ops->chunked_bytes(c->chunk, c->dk, nj)));
+    b->o = guarded(&b->mem, (size_t)(c->T * c->o_ts), 0);
+    b->s = guarded(&b->mem, (size_t)(c->dk * c->dv), 0);
+}
+
+/* chunked 0: recurrent, 1: chunked; on columns [j0, j0 + nj) */
+static void run_delta(const la_delta_ops *ops, const delta_case *c, int chunked, int64_t j0,
+                      int64_t nj, delta_bufs *b)
+{
+    fill(b->o, (size_t)(c->T * c->o_ts), UNTOUCHED);
+    memcpy(b->s, c->s0, (size_t)(c->dk * c->dv) * sizeof(float));
+    la_delta_head h = delta_head_of(c, b->o, b->s);
+    if (chunked)
+        ops->chunked(&h, j0, nj, b->ws[1]);
+    else
+        ops->recurrent(&h, j0, nj, b->ws[0]);
+}
+
+static void compare_delta(const la_table *t, const delta_case *c, const delta_bufs *x,
+                          const delta_bufs *ref, op_stat *os)
+{
+    const int64_t dk = c->dk, dv = c->dv, T = c->T, j0 = c->j0, nj = c->nj, ots = c->o_ts;
+    os->cases++;
+    compare(os, t->name, c->name, "o", x->o + j0, ots, ref->o + j0, ots, T, nj);
+    compare(os, t->name, c->name, "s", x->s + j0, dv, ref->s + j0, dv, dk, nj);
+    /* other columns of o and s: never written */
+    int clean = 1;
+    for (int64_t r = 0; r < T; r++)
+        for (int64_t j = 0; j < ots; j++)
+            if ((j < j0 || j >= j0 + nj) && x->o[r * ots + j] != UNTOUCHED)
+                clean = 0;
+    for (int64_t r = 0; r < dk; r++)
+        for (int64_t j = 0; j < dv; j++)
+            if ((j < j0 || j >= j0 + nj) &&
+                memcmp(&x->s[r * dv + j], &c->s0[r * dv + j], sizeof(float)) != 0)
+                clean = 0;
+    if (!clean && os->failed++ < MAX_REPORTS)
+        printf("FAIL %s %s, %s: wrote columns outside its tile\n", t->name, os->op, c->name);
+}
+
+/* Every shape x gate x features, both algorithms: the scalar op over the
+ * whole width, then every table that provides the op (scalar included) on
+ * a tile that does not start at column 0 and has an odd width. */
+static void delta_all(void)
+{
+    const la_delta_ops *ref_ops = scalar->delta;
+    for (int id = 0; id < NDIMS; id++)
+        for (int iv = 0; iv < NDIMS; iv++)
+            for (int in = 0; in < NROWS; in++) {
+                arena inputs = {0};
+                delta_case c = {.dk = dims[id], .dv = dims[iv], .T = rows[in]};
+                const int64_t dk = c.dk, dv = c.dv, T = c.T;
+                c.j0 = dv / 3;
+                c.nj = (dv - c.j0) % 2 ? dv - c.j0 : dv - c.j0 - 1;
+                c.chunk = T / 2 + 1; /* several chunks, the last one short */
+                c.q_ts = dk, c.k_ts = dk + 3, c.v_ts = dv, c.o_ts = dv + 1;
+                c.q = filled(&inputs, (size_t)(T * c.q_ts), -1, 1);
+                const float *k = filled(&inputs, (size_t)(T * c.k_ts), -1, 1);
+                /* without the unit norm, keys of norm <= 1 keep the rule stable */
+                const float bound = 1.0f / sqrtf((float)dk);
+                const float *k_small = filled(&inputs, (size_t)(T * c.k_ts), -bound, bound);
+                c.v = filled(&inputs, (size_t)(T * c.v_ts), -1, 1);
+                c.g = filled(&inputs, (size_t)(T * dk), -1, 0);
+                c.beta = filled(&inputs, (size_t)T, 0, 2);
+                c.s0 = filled(&inputs, (size_t)(dk * dv), -1, 1);
+                delta_bufs ref, bufs[16];
+                delta_bufs_make(&ref, ref_ops, &c, dv);
+                for (int r = 0; r < nruns; r++)
+                    if (runs[r].t->delta)
+                        delta_bufs_make(&bufs[r], runs[r].t->delta, &c, c.nj);
+
+                for (int gate = 0; gate < 4; gate++)
+                    for (int variant = 0; variant < 4; variant++)
+                        for (int chunked = 0; chunked <= 1; chunked++) {
+                            c.gate = gate == 3 ? LA_GATE_TOKEN : (la_gate)gate;
+                            c.head_gate = gate == 3;
+                            c.g_ts = c.head_gate ? 0 : c.gate == LA_GATE_CHANNEL ? dk : 1;
+                            /* unit-norm features with each phi, and raw identity ones */
+                            c.l2norm = variant < 3;
+                            c.phi = variant < 3 ? (linattn_phi)variant : LINATTN_PHI_IDENTITY;
+                            c.k = c.l2norm ? k : k_small;
+                            char algo[48] = "recurrent";
+                            if (chunked)
+                                snprintf(algo, sizeof algo, "chunked chunk=%lld",
+                                         (long long)c.chunk);
+                            snprintf(c.name, sizeof c.name,
+                                     "%s dk=%lld dv=%lld T=%lld columns [%lld, %lld) gate=%s%s "
+                                     "phi=%s l2norm=%d",
+                                     algo, (long long)dk, (long long)dv, (long long)T,
+                                     (long long)c.j0, (long long)(c.j0 + c.nj),
+                                     gate_names[c.gate], c.head_gate ? " (per head, g_ts=0)" : "",
+                                     phi_names[c.phi], c.l2norm);
+                            snprintf(current, sizeof current, "scalar delta ops, %s", c.name);
+                            run_delta(ref_ops, &c, chunked, 0, dv, &ref);
+                            for (int r = 0; r < nruns; r++) {
+                                const la_table *t = runs[r].t;
+                                if (!t->delta)
+                                    continue;
+                                snprintf(current, sizeof current, "%s delta ops, %s", t->name,
+                                         c.name);
+                                run_delta(t->delta, &c, chunked, c.j0, c.nj, &bufs[r]);
+                                compare_delta(t, &c, &bufs[r], &ref, &runs[r].delta[chunked]);
+                            }
+                        }
+                for (int r = 0; r < nruns; r++)
+                    if (runs[r].t->delta)
+                        arena_free(&bufs[r].mem);
+                arena_free(&ref.mem);
+                arena_free(&inputs);
+            }
+}
+
+/* ---- size functions never wrap ---------------------------------------------- */
+
+/* Byte counts from the size ops: monotone in every argument and at least
+ * the features they must hold (q and k rows: chunk * dk * 8 bytes), or
+ * SIZE_MAX. A wrapped product shows as a count that shrinks when an
+ * argument doubles. */
+static void size_ops(const la_table *t, op_stat *st)
+{
+    for (int fn = 0; fn < 3; fn++) {
+        if (fn == 0 && !t->additive)
+            continue;
+        if (fn > 0 && !t->delta)
+            continue;
+        static const char *const names[] = {"pack_bytes", "delta chunked_bytes",
+                                            "delta recurrent_bytes"};
+        for (int e1 = 0; e1 <= 62; e1++) {
+            size_t prev = 0;
+            for (int e2 = 0; e2 <= 62; e2++) {
+                const int64_t x = (int64_t)1 << e1, y = (int64_t)1 << e2;
+                size_t b;
+                double need; /* bytes the op must at least count */
+                if (fn == 0) {
+                    b = t->additive->pack_bytes(y, x, 64), need = 8.0 * (double)x * (double)y;
+                } else if (fn == 1) {
+                    b = t->delta->chunked_bytes(y, x, 64), need = 8.0 * (double)x * (double)y;
+                } else {
+                    b = t->delta->recurrent_bytes(1, x, y), need = 4.0 * (double)x;
+                }
+                st->cases++;
+                const int ok = (b == SIZE_MAX || (double)b >= need) && b >= prev;
+                if (!ok && st->failed++ < MAX_REPORTS)
+                    printf("FAIL %s %s(%s = 2^%d, %s = 2^%d) = %zu: wrapped (needs >= %.3g, "
+                           "previous %zu)\n",
+                           t->name, names[fn], fn == 2 ? "dk" : "chunk", e2,
+                           fn == 2 ? "nj" : "dk", e1, b, need, prev);
+                prev = b > prev ? b : prev;
+            }
+        }
+    }
+}
+
+/* ---- the test ------------------------------------------------------------- */
+
+static void report(const la_table *t, const op_stat *st, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (st[i].cases)
+            printf("%-12s %-24s %6ld cases, worst %.3g of the tolerance%s\n", t->name, st[i].op,
+                   st[i].cases, st[i].worst, st[i].failed ? ", FAILED" : "");
+}
+
+/* One pass over the shapes for all tables: the scalar reference is
+ * computed once per case. */
+START_TEST(every_op_of_every_table)
+{
+    for (int r = 0; r < nruns; r++) {
+        table_run *run = &runs[r];
+        run->size = (op_stat){"size ops", 0, 0, 0};
+        for (int i = 0; i < N_ADD_OPS; i++)
+            run->add[i] = (op_stat){add_op_names[i], 0, 0, 0};
+        run->delta[0] = (op_stat){"delta recurrent", 0, 0, 0};
+        run->delta[1] = (op_stat){"delta chunked", 0, 0, 0};
+        snprintf(current, sizeof current, "%s size ops", run->t->name);
+        size_ops(run->t, &run->size);
+    }
+    additive_all();
+    delta_all();
+
+    long failed = 0;
+    for (int r = 0; r < nruns; r++) {
+        const table_run *run = &runs[r];
+        const la_table *t = run->t;
+        report(t, &run->size, 1);
+        if (t == scalar)
+            printf("%-12s additive ops: the reference\n", t->name);
+        else if (t->additive)
+            report(t, run->add, N_ADD_OPS);
+        else
+            printf("%-12s additive ops: not provided (the registry resolves a lower table's)\n",
+                   t->name);
+        if (t->delta)
+            report(t, run->delta, 2);
+        else
+            printf("%-12s delta ops: not provided (the registry resolves a lower table's)\n",
+                   t->name);
+        failed += run->size.failed + run->delta[0].failed + run->delta[1].failed;
+        for (int i = 0; i < N_ADD_OPS; i++)
+            failed += run->add[i].failed;
+    }
+    fflush(stdout);
+    ck_assert_msg(failed == 0, "%ld op comparisons failed (see the FAIL lines)", failed);
+}
+END_TEST
+
+int main(void)
+{
+    test_seed();
+    int ntables;
+    const la_table *const *tables = la_all_tables(&ntables);
+    const char *only = getenv("LINATTN_TEST_TABLE"); /* one table and the reference */
+    for (int i = 0; i < ntables; i++) {
+        const la_table *t = tables[i];
+        if (strcmp(t->name, "scalar") == 0)
+            scalar = t;
+        if (!la_table_runnable(t))
+            printf("SKIP table %s: this CPU cannot run it\n", t->name);
+        else if (only && *only && strcmp(only, t->name) != 0 && strcmp(t->name, "scalar") != 0)
+            printf("SKIP table %s: LINATTN_TEST_TABLE=%s\n", t->name, only);
+        else if (nruns < 16)
+            runs[nruns++].t = t;
+        else
+            printf("SKIP table %s: more than 16 tables\n", t->name);
+    }
+    if (scalar == NULL) {
+        printf("no scalar table in this build\n");
+        return 1;
+    }
+    signal(SIGSEGV, on_fault);
+    signal(SIGBUS, on_fault);
+    printf("tolerance: max |x - scalar| <= %g * max(1, max |scalar|) per output\n", LA_TOL_OP);
+    fflush(stdout);
+    Suite *s = suite_create("ops");
+    TCase *tc = tcase_create("ops");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, every_op_of_every_table);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

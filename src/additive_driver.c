@@ -119,14 +119,13 @@ static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, con
     }
     if (c->z_compensated)
         h->zc = h->z + c->dk; /* the caller's compensation, carried across calls */
-    ws += w->zero;
+    /* (a step without qk_l2norm has no workspace at all: ws is NULL) */
     if (w->zc) {
-        memset(ws, 0, (size_t)c->dk * sizeof(float));
-        h->zc = h->z ? (float *)ws : NULL;
+        memset(ws + w->zero, 0, (size_t)c->dk * sizeof(float));
+        h->zc = h->z ? (float *)(ws + w->zero) : NULL;
     }
-    ws += w->zc;
     if (w->norm) {
-        float *nq = (float *)ws, *nk = nq + c->T * c->dk;
+        float *nq = (float *)(ws + w->zero + w->zc), *nk = nq + c->T * c->dk;
         l2norm_rows(h->q, h->q_ts, h->T, h->dk, h->phi, nq);
         l2norm_rows(h->k, h->k_ts, h->T, h->dk, h->phi, nk);
         h->q = nq, h->k = nk, h->q_ts = h->k_ts = h->dk;

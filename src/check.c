@@ -108,7 +108,8 @@ static linattn_status read_config(linattn_config *out, const linattn_config *cfg
     la_fail(LINATTN_E_SHAPE, "cfg->" #field " = %lld: dimensions must be >= 1",                   \
             (long long)cfg->field)
 
-static linattn_status check_scalars(const linattn_config *cfg, la_family family, int step)
+static linattn_status check_scalars(const linattn_config *cfg, size_t user_size,
+                                    la_family family, int step)
 {
     if (cfg->batch < 1)
         return FAIL_DIM(batch);
@@ -152,6 +153,11 @@ static linattn_status check_scalars(const linattn_config *cfg, la_family family,
         return la_fail(LINATTN_E_ARG,
                        "cfg->qk_heads = %lld: must be 0 (= heads) or divide heads = %lld",
                        (long long)cfg->qk_heads, (long long)cfg->heads);
+    if (family == LA_FAMILY_DELTA && user_size < sizeof(linattn_config))
+        return la_fail(LINATTN_E_ARG,
+                       "cfg->struct_size = %zu is the 0.1 config, which has no beta strides: "
+                       "the delta rule needs a config from linattn_config_init",
+                       user_size);
     if (family == LA_FAMILY_DELTA && cfg->normalize)
         return la_fail(LINATTN_E_ARG,
                        "cfg->normalize = 1: the delta rule has no normaliser; set it to 0");
@@ -290,7 +296,7 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
             return st;
         cfg = &cfgv;
     }
-    if ((st = check_scalars(cfg, family, step)) != LINATTN_OK)
+    if ((st = check_scalars(cfg, user->struct_size, family, step)) != LINATTN_OK)
         return st;
 
     const int gated = cfg->gate != LINATTN_GATE_NONE;

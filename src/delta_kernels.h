@@ -48,11 +48,12 @@ LA_INLINE void delta_features(const la_delta_head *h, const float *x, float mult
         vf_store(out + c, y);
         ss = vf_fma(y, y, ss);
     }
-    if (h->l2norm)
-        mult *= (float)(1.0 / sqrt((double)vf_hsum(ss) + 1e-6));
+    /* the norm and the scale apart: their product may overflow (a huge
+     * scale times 1/sqrt(1e-6)) where each product with the features does not */
+    const la_vf nrm = vf_set1(h->l2norm ? (float)(1.0 / sqrt((double)vf_hsum(ss) + 1e-6)) : 1.0f);
     const la_vf m = vf_set1(mult);
     for (int64_t c = 0; c < dk; c += LA_VW)
-        vf_store(out + c, vf_mul(m, vf_load(out + c)));
+        vf_store(out + c, vf_mul(m, vf_mul(nrm, vf_load(out + c))));
 }
 
 /* Decays of token t: a[c] (CHANNEL), or a[0] for all rows (TOKEN). */

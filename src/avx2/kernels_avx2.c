@@ -70,17 +70,18 @@ static float dot_avx2(const float *x, const float *y, int64_t n)
         __m256 c[2 * R];                                                                          \
         _Pragma("GCC unroll 12") for (int i = 0; i < 2 * R; i++) c[i] = acc[i];                  \
         _Pragma("GCC unroll 6") for (int r = 0; r < R; r++) ap[r] = a[r];                        \
+        /* rows by index: a pointer stepped past the last row could overflow    \
+         * with a huge stride (undefined even if never read) */                                 \
         for (int64_t k = 0; k < K; k++) {                                                         \
-            const __m256 b0 = full ? _mm256_loadu_ps(b) : _mm256_maskload_ps(b, m0);             \
-            const __m256 b1 = full ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, m1);     \
+            const float *bk = b + k * bs;                                                         \
+            const __m256 b0 = full ? _mm256_loadu_ps(bk) : _mm256_maskload_ps(bk, m0);           \
+            const __m256 b1 = full ? _mm256_loadu_ps(bk + 8) : _mm256_maskload_ps(bk + 8, m1);   \
             _Pragma("GCC unroll 6") for (int r = 0; r < R; r++)                                   \
             {                                                                                     \
-                const __m256 x = _mm256_broadcast_ss(ap[r]);                                      \
+                const __m256 x = _mm256_broadcast_ss(ap[r] + k * as);                             \
                 c[2 * r] = _mm256_fmadd_ps(x, b0, c[2 * r]);                                      \
                 c[2 * r + 1] = _mm256_fmadd_ps(x, b1, c[2 * r + 1]);                              \
-                ap[r] += as;                                                                      \
             }                                                                                     \
-            b += bs;                                                                              \
         }                                                                                         \
         _Pragma("GCC unroll 12") for (int i = 0; i < 2 * R; i++) acc[i] = c[i];                  \
     }                                                                                             \
@@ -127,14 +128,13 @@ LA_INLINE void mk_6x8(__m256 acc[12], int64_t K, const float *const a[MR], const
     const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
     __m256 c0 = acc[0], c1 = acc[2], c2 = acc[4], c3 = acc[6], c4 = acc[8], c5 = acc[10];
     for (int64_t k = 0; k < K; k++) {
-        const __m256 b0 = _mm256_loadu_ps(b);
+        const __m256 b0 = _mm256_loadu_ps(b + k * bs);
         c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a0 + k), b0, c0);
         c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a1 + k), b0, c1);
         c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a2 + k), b0, c2);
         c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a3 + k), b0, c3);
         c4 = _mm256_fmadd_ps(_mm256_broadcast_ss(a4 + k), b0, c4);
         c5 = _mm256_fmadd_ps(_mm256_broadcast_ss(a5 + k), b0, c5);
-        b += bs;
     }
     acc[0] = c0, acc[2] = c1, acc[4] = c2, acc[6] = c3, acc[8] = c4, acc[10] = c5;
 }

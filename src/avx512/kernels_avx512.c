@@ -60,17 +60,21 @@ LA_INLINE void tile(int64_t m, int64_t nc, const la_pass *ps, int np, float *c, 
         const float *a = ps[p].a, *b = ps[p].b;
         const int64_t aks = ps[p].aks, bks = ps[p].bks;
         const int64_t kfull = ps[p].k - ps[p].tri;
-        for (int64_t k = 0; k < kfull; k++, b += bks) {
-            const __m512 b0 = la_load(m0, b), b1 = la_load(m1, b + W);
+        /* rows of b by index: a pointer stepped past the last row could
+         * overflow with a huge stride (undefined even if never read) */
+        for (int64_t k = 0; k < kfull; k++) {
+            const float *bk = b + k * bks;
+            const __m512 b0 = la_load(m0, bk), b1 = la_load(m1, bk + W);
             for (int r = 0; r < MR; r++) {
                 const __m512 x = _mm512_set1_ps(a[k * aks + r]);
                 acc0[r] = _mm512_fmadd_ps(x, b0, acc0[r]);
                 acc1[r] = _mm512_fmadd_ps(x, b1, acc1[r]);
             }
         }
-        for (int t = 0; t < MR && t < ps[p].tri; t++, b += bks) {
+        for (int t = 0; t < MR && t < ps[p].tri; t++) {
             const int64_t k = kfull + t;
-            const __m512 b0 = la_load(m0, b), b1 = la_load(m1, b + W);
+            const float *bk = b + k * bks;
+            const __m512 b0 = la_load(m0, bk), b1 = la_load(m1, bk + W);
             for (int r = 0; r < MR; r++) {
                 const __mmask16 on = r >= t ? (__mmask16)0xFFFF : (__mmask16)0;
                 const __m512 x = _mm512_set1_ps(a[k * aks + r]);

@@ -28,10 +28,10 @@ static void features(const la_delta_head *h, const float *x, float mult, float *
         out[i] = phi_scalar(h->phi, x[i]);
         ss += (double)out[i] * out[i];
     }
-    if (h->l2norm)
-        mult *= (float)(1.0 / sqrt(ss + 1e-6));
+    /* the norm and the scale apart: their product may overflow */
+    const float nrm = h->l2norm ? (float)(1.0 / sqrt(ss + 1e-6)) : 1.0f;
     for (int64_t i = 0; i < h->dk; i++)
-        out[i] *= mult;
+        out[i] = mult * (nrm * out[i]);
 }
 
 /* ---- recurrent --------------------------------------------------------- */

@@ -10,6 +10,8 @@
  *   - any num_threads is safe and gives the single-thread results. */
 #define _DEFAULT_SOURCE
 #include <check.h>
+#include <stddef.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -1028,6 +1030,36 @@ static int isa_limit(void)
     return isa;
 }
 
+/* Found by the fuzzer: a delta call with the 0.1 config (no beta strides)
+ * is refused; a huge scale with unit-norm features of a zero q gives 0,
+ * not NaN (the norm and the scale are applied apart). */
+START_TEST(delta_fuzzer_findings)
+{
+    enum { T = 3, D = 4 };
+    float q[T * D] = {0}, k[T * D], v[T * D], beta[T], o[T * D], s[D * D] = {0};
+    for (int i = 0; i < T * D; i++)
+        k[i] = 0.25f * (float)(i % 5) - 0.5f, v[i] = (float)i;
+    for (int t = 0; t < T; t++)
+        beta[t] = 0.5f;
+    linattn_config c;
+    linattn_config_init(&c, 1, 1, T, D, D);
+    c.normalize = 0;
+    c.qk_l2norm = 1;
+    c.phi = LINATTN_PHI_IDENTITY; /* phi(q) = 0 */
+    c.scale = FLT_MAX;
+    for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++) {
+        c.algo = (linattn_algo)algo;
+        ck_assert_int_eq(linattn_delta_forward(&c, q, k, v, NULL, beta, o, s), LINATTN_OK);
+        for (int i = 0; i < T * D; i++)
+            ck_assert_msg(o[i] == 0.0f, "algo %d: o[%d] = %g, want 0", algo, i, (double)o[i]);
+    }
+    c.scale = 1.0f;
+    c.struct_size = offsetof(linattn_config, qk_heads);
+    ck_assert_int_eq(linattn_delta_forward(&c, q, k, v, NULL, beta, o, s), LINATTN_E_ARG);
+    ck_assert_msg(strstr(linattn_last_error(), "0.1 config") != NULL, "%s", linattn_last_error());
+}
+END_TEST
+
 static Suite *api_suite(void)
 {
     Suite *s = suite_create("api");
@@ -1054,6 +1086,7 @@ static Suite *api_suite(void)
     tcase_add_loop_test(limits, huge_workspace_refused, LINATTN_ISA_SCALAR, isa_limit());
     tcase_add_test(limits, huge_zero_state_refused);
     tcase_add_test(limits, absurd_thread_counts);
+    tcase_add_test(limits, delta_fuzzer_findings);
     suite_add_tcase(s, limits);
     return s;
 }

@@ -31,6 +31,7 @@ ninja -C "$dir" tests/fuzz/fuzz_call
 dir=$(cd "$dir" && pwd)
 fuzzer=$dir/tests/fuzz/fuzz_call
 seeds=${FUZZ_SEEDS:-$PWD/tests/fuzz/corpus}
+supp=$PWD/tests/fuzz/lsan.supp # before the cd into the build directory below
 status=0
 for isa in scalar avx2 avx512 neon; do
     corpus=$dir/fuzz-corpus-$isa
@@ -39,7 +40,7 @@ for isa in scalar avx2 avx512 neon; do
     set +e
     (cd "$dir" && LINATTN_ISA=$isa \
         ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-        LSAN_OPTIONS=suppressions=$PWD/tests/fuzz/lsan.supp \
+        LSAN_OPTIONS=suppressions=$supp \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         "$fuzzer" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
         -print_final_stats=1 "$corpus" "$seeds") >"$log" 2>&1

@@ -306,8 +306,7 @@ INLINE void output_block(const la_head *h, const pack_view *p, int64_t t0, int64
                   4, w);
     tile_4x16_lower(acc, p->at + i0 * p->cp + i0, p->cp, h->v + (t0 + i0) * h->v_ts + d, h->v_ts,
                     keys - i0, w);
-    if (h->z)
-        tile_scale_rows(acc, inv);
+    tile_scale_rows(acc, inv); /* 1 when chunk_output was given no z */
     tile_store(acc, h->o + (t0 + i0) * h->o_ts + d, h->o_ts, rows, w);
 }
 

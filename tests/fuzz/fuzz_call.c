@@ -897,6 +897,11 @@ static int run(const uint8_t *data, size_t size)
                 fits = 0;
         if (work > WORK)
             fits = 0;
+        /* the chunked forms' intra-chunk work grows with the chunk (a chunk
+         * as long as T is quadratic in T): bound it too */
+        const int64_t ce = f->chunk > 0 ? (f->chunk < c.T ? f->chunk : c.T) : 64;
+        if (smul(smul(f->batch, f->heads), smul(c.T, smul(ce, f->dk + f->dv + 1))) > WORK)
+            fits = 0;
     }
     for (int b = 0; b < NBUF && fits; b++) {
         if (!c.used[b] || c.place[b] >= 2)

@@ -8,6 +8,10 @@
 
 #include <linattn.h>
 
+/* max without fmax: aarch64 GCC 12's vectoriser crashes on fmax reductions
+ * (the inputs here are finite) */
+static double max_of(double a, double b) { return a > b ? a : b; }
+
 /* Per operation: what flush-to-zero or a subnormal result can lose. */
 #define SLACK ((double)FLT_MIN)
 /* Decays below this may be flushed to 0 (e^-80 with room). */
@@ -157,7 +161,7 @@ void ref_head(const ref_cfg *c, const ref_in *in, ref_out *out)
             double sum = 0;
             for (int64_t t = 0; t < c->T; t++)
                 sum += fmin(fabs((double)in->g[t * dk + i]), 200.0);
-            out->gate_sum = fmax(out->gate_sum, sum);
+            out->gate_sum = max_of(out->gate_sum, sum);
         }
 
     /* Kernels may form products before applying decays (q . S_prev, then
@@ -165,19 +169,19 @@ void ref_head(const ref_cfg *c, const ref_in *in, ref_out *out)
     double mq = 0, mk = 0, mv = 0, ms = 0, mz = 0;
     for (int64_t t = 0; t < c->T; t++) {
         for (int64_t i = 0; i < dk; i++) {
-            mq = fmax(mq, phi(c->phi, in->q[t * dk + i]).a);
-            mk = fmax(mk, phi(c->phi, in->k[t * dk + i]).a);
+            mq = max_of(mq, phi(c->phi, in->q[t * dk + i]).a);
+            mk = max_of(mk, phi(c->phi, in->k[t * dk + i]).a);
         }
         for (int64_t j = 0; j < dv; j++)
-            mv = fmax(mv, fabs((double)in->v[t * dv + j]));
+            mv = max_of(mv, fabs((double)in->v[t * dv + j]));
     }
     if (c->qk_l2norm)
         mq = mk = 1;
     mq *= fabs(c->scale);
     for (int64_t i = 0; i < dk * dv && in->s0; i++)
-        ms = fmax(ms, fabs((double)in->s0[i]));
+        ms = max_of(ms, fabs((double)in->s0[i]));
     for (int64_t i = 0; i < dk && in->z0; i++)
-        mz = fmax(mz, fabs((double)in->z0[i]));
+        mz = max_of(mz, fabs((double)in->z0[i]));
     const double n = (double)(dk + dv + c->T);
     const int undecayed = mq * ms * n > HUGE_MAG || mq * mz * n > HUGE_MAG ||
                           mk * mv * n > HUGE_MAG || mq * mk * mv * n * n > HUGE_MAG ||

@@ -62,8 +62,9 @@ typedef struct la_head {
     int64_t q_ts, k_ts, v_ts, g_ts, o_ts;
     float *s;    /* [dk][dv], in/out, never NULL (zeroed by the driver if the user gave none) */
     float *z;    /* [dk], in/out; NULL exactly when not normalising */
-    /* token only: the running compensation of z (Kahan), dk floats kept
-     * across the tokens of one call, or NULL (a step: z rounds once). */
+    /* token only: the running compensation of z (Kahan), dk floats: kept
+     * across the tokens of one call, or the caller's with z_compensated;
+     * NULL otherwise (z then rounds once per token). */
     float *zc;
     float scale; /* finite */
     float eps;   /* finite, >= 0 */

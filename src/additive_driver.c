@@ -1,8 +1,10 @@
 /* The additive family's driver: resolves strides and state into one la_head
- * per (batch, head) and runs the resolved ops, on threads over heads, or
- * over the chunks of a head when there are fewer heads than threads. Every
- * op call gets the same operands in the same order whatever the thread
- * count, so results are bitwise identical for any num_threads. */
+ * per (batch, head) and runs the resolved ops: chunked on threads over
+ * heads, or over the chunks of a head when there are fewer heads than
+ * threads; the tiled recurrent form over (head, value-column) units; steps
+ * and short AUTO calls through the token loop. Every op call gets the same
+ * operands in the same order whatever the thread count, so results are
+ * bitwise identical for any num_threads. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

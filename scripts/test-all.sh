@@ -8,7 +8,7 @@
 #   2. the same suites under AddressSanitizer + UBSan, built at -O1 (the
 #      SIMDe table at -O0 alone took most of this stage's time);
 #   3. ThreadSanitizer over thread counts and concurrent calls (scripts/tsan.sh);
-#   4. the fuzzer, 45 s per table this CPU can run (scripts/fuzz.sh; pass
+#   4. the fuzzer, 30 s per table this CPU can run (scripts/fuzz.sh; pass
 #      FUZZ_SECONDS to change);
 #   5. the Python tests, when the Python package is present (scripts/test-python.sh);
 #   6. aarch64 cross build, scalar and NEON tables under QEMU (scripts/test-arm.sh).
@@ -61,7 +61,7 @@ stage "ThreadSanitizer"
 sh scripts/tsan.sh
 
 stage "fuzzing"
-sh scripts/fuzz.sh "${FUZZ_SECONDS:-45}"
+sh scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
 
 if [ -f scripts/test-python.sh ]; then
     stage "Python"

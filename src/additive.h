@@ -92,17 +92,23 @@ typedef struct la_additive_ops {
     void (*state_combine)(const la_head *h, const void *pack, int64_t n, float *s, float *z,
                           const float *u, const float *uz);
 
-    /* The recurrent forward on a unit of value columns: all T tokens of h
-     * on columns [j0, j0 + nj) of S and o (additive_kernels.h). The units of
-     * a head run independently: each advances its own copy of the
-     * normaliser from z_in (dk floats, then dk of compensation; NULL when
-     * not normalising) and, when z_out is not NULL, writes the final one
-     * there in the same layout. ws: recurrent_bytes(T, dk, nj), 64-byte
-     * aligned. tile_columns is the unit width the table works best with. */
-    int64_t (*tile_columns)(int64_t dk, int64_t dv);
-    size_t (*recurrent_bytes)(int64_t T, int64_t dk, int64_t nj);
-    void (*recurrent)(const la_head *h, int64_t j0, int64_t nj, const float *z_in, float *z_out,
-                      void *ws);
+    /* The value-tiled recurrent forward, in blocks of tokens
+     * (additive_kernels.h):
+     *   features(h, t0, n, f): qh, kh and the decay of tokens t0..t0+n-1
+     *     into f, feature_bytes(n, dk) bytes (linear in n: the driver makes
+     *     slices of one block on different threads);
+     *   normaliser(h, f, n, zz, inv): advances zz (dk floats of z, then dk
+     *     of the rounding error its sum has not absorbed) over the n tokens
+     *     of f and writes inv[i] = 1 / (qh_i . z_i + eps);
+     *   columns(h, f, inv, t0, n, j0, nj): the n tokens on value columns
+     *     [j0, j0 + nj) of h->s and h->o (inv NULL when not normalising).
+     * Value columns are independent, so threads may share one head's
+     * features and each take their own columns. */
+    size_t (*feature_bytes)(int64_t n, int64_t dk);
+    void (*features)(const la_head *h, int64_t t0, int64_t n, float *f);
+    void (*normaliser)(const la_head *h, const float *f, int64_t n, float *zz, float *inv);
+    void (*columns)(const la_head *h, const float *f, const float *inv, int64_t t0, int64_t n,
+                    int64_t j0, int64_t nj);
     /* One token of the causal recurrence, any gate: decay, update and read
      * out h->s (and h->z) in a single pass, writing o (dv floats). g is the
      * token's gate (NULL for NONE; one float for TOKEN, dk for CHANNEL).

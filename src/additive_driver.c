@@ -277,79 +277,154 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
     return LINATTN_OK;
 }
 
-/* The recurrent forward in units of (batch, head, value-column tile), which
- * are independent across tokens: each unit runs the table's value-tiled
- * kernel on its columns with its own copy of the normaliser, so even one
- * head spreads over every thread. Every column's arithmetic is the same
- * whichever unit computes it, so results do not depend on the split. */
+/* The value-tiled recurrent forward. With at least as many heads as
+ * threads, each thread takes whole heads: per block of PRIVATE_BLOCK tokens
+ * it makes their features and normaliser, then sweeps all the head's
+ * columns. With fewer heads, one head at a time is shared by the whole
+ * team: per block of tokens the threads make slices of the features into a
+ * shared buffer (double-buffered: one barrier per block), then each thread
+ * advances its own copy of the normaliser and sweeps its own value columns.
+ * A column's arithmetic, and every token's features, are the same whichever
+ * thread makes them, so results do not depend on the thread count. */
+enum {
+    PRIVATE_BLOCK = 32,             /* tokens: features of a block stay in L1 */
+    SHARED_BLOCK_BYTES = 128 << 10, /* features of a shared block: in L2 */
+    SPLIT_COLUMNS = 16              /* a thread's columns: a multiple of this */
+};
+
+/* The normaliser of head h as the kernels advance it: z, then the running
+ * compensation (the caller's with z_compensated, else 0 at the start). */
+static void z_load(const la_head *h, float *zz)
+{
+    memcpy(zz, h->z, (size_t)h->dk * sizeof(float));
+    if (h->zc)
+        memcpy(zz + h->dk, h->zc, (size_t)h->dk * sizeof(float));
+    else
+        memset(zz + h->dk, 0, (size_t)h->dk * sizeof(float));
+}
+
+static void z_store(const la_head *h, const float *zz)
+{
+    for (int64_t x = 0; x < h->dk; x++) {
+        if (h->zc)
+            h->z[x] = zz[x], h->zc[x] = zz[h->dk + x];
+        else
+            h->z[x] = zz[x] + zz[h->dk + x];
+    }
+}
+
 typedef struct {
     const la_additive_ops *ops;
     const la_call *c;
-    int64_t tile, ntiles;
-    head_ws w;           /* per unit: zero state, unit-norm copies */
-    size_t kernel_bytes; /* per unit, after w */
-    unsigned char *ws;   /* per thread: w.total + kernel_bytes */
-    float *z_in, *z_out; /* per head: 2 dk floats (z, compensation) */
-} tile_job;
+    head_ws w;        /* zero state, unit-norm copies of one head */
+    int64_t block;    /* tokens per block */
+    size_t fbytes;    /* features of one block */
+    size_t own;       /* per thread: inv (block floats) and zz (2 dk floats) */
+    unsigned char *ws;
+} rec_job;
 
-static void run_tile(const tile_job *j, int64_t unit, int tid)
+static size_t rec_own_bytes(const la_call *c, int64_t block)
+{
+    return la_size_up64(la_size_floats(la_size_add((size_t)block, 2 * (size_t)c->dk)));
+}
+
+/* Whole heads per thread: head workspace, features, own. */
+static void rec_head(const rec_job *j, int64_t i, int tid)
 {
     const la_call *c = j->c;
-    const int64_t i = unit / j->ntiles, j0 = unit % j->ntiles * j->tile;
-    const int64_t nj = c->dv - j0 < j->tile ? c->dv - j0 : j->tile;
-    unsigned char *mine = j->ws + (j->w.total + j->kernel_bytes) * (size_t)tid;
+    const la_additive_ops *ops = j->ops;
+    unsigned char *mine = j->ws + (j->w.total + j->fbytes + j->own) * (size_t)tid;
+    float *f = (float *)(mine + j->w.total), *inv = (float *)(mine + j->w.total + j->fbytes);
+    float *zz = inv + j->block;
     la_head h = head_at(c, i);
     bind(&h, c, i, mine, &j->w);
-    const size_t zi = (size_t)i * 2 * (size_t)c->dk;
-    j->ops->recurrent(&h, j0, nj, c->normalize ? j->z_in + zi : NULL,
-                      c->normalize && j0 == 0 ? j->z_out + zi : NULL, mine + j->w.total);
+    if (h.z)
+        z_load(&h, zz);
+    for (int64_t t0 = 0; t0 < c->T; t0 += j->block) {
+        const int64_t n = chunk_rows(c->T, t0, j->block);
+        ops->features(&h, t0, n, f);
+        if (h.z)
+            ops->normaliser(&h, f, n, zz, inv);
+        ops->columns(&h, f, h.z ? inv : NULL, t0, n, 0, c->dv);
+    }
+    if (h.z)
+        z_store(&h, zz);
 }
+
+#ifdef _OPENMP
+/* One head on a team of nt threads: the head workspace, two feature
+ * buffers, then each thread's own. */
+static void rec_split_head(const rec_job *j, int64_t i, int nt, int64_t per)
+{
+    const la_call *c = j->c;
+    const la_additive_ops *ops = j->ops;
+    unsigned char *fb = j->ws + j->w.total, *owns = fb + 2 * j->fbytes;
+    const size_t token_floats = ops->feature_bytes(1, c->dk) / sizeof(float);
+    la_head h = head_at(c, i);
+    bind(&h, c, i, j->ws, &j->w);
+#pragma omp parallel num_threads(nt)
+    {
+        const int tid = omp_get_thread_num();
+        const int64_t j0 = per * tid < c->dv ? per * tid : c->dv;
+        const int64_t nj = c->dv - j0 < per ? c->dv - j0 : per;
+        float *inv = (float *)(owns + j->own * (size_t)tid), *zz = inv + j->block;
+        if (h.z)
+            z_load(&h, zz);
+        for (int64_t t0 = 0, b = 0; t0 < c->T; t0 += j->block, b++) {
+            const int64_t n = chunk_rows(c->T, t0, j->block);
+            float *f = (float *)(fb + j->fbytes * (size_t)(b & 1));
+            /* the barrier at its end also tells every thread is done with
+             * the other buffer, which the next block overwrites */
+#pragma omp for schedule(static)
+            for (int64_t x = 0; x < n; x++)
+                ops->features(&h, t0 + x, 1, f + (size_t)x * token_floats);
+            if (nj == 0)
+                continue;
+            if (h.z)
+                ops->normaliser(&h, f, n, zz, inv);
+            ops->columns(&h, f, h.z ? inv : NULL, t0, n, j0, nj);
+        }
+        if (h.z && tid == 0)
+            z_store(&h, zz);
+    }
+}
+#endif
 
 static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c, int wanted)
 {
-    const int64_t heads = c->B * c->H, dk = c->dk, dv = c->dv;
-    tile_job j = {.ops = ops, .c = c};
-    /* the table's unit width, narrowed (to whole 16-column groups) when
-     * there are fewer units than threads */
-    j.tile = ops->tile_columns(dk, dv);
-    if (heads * ((dv + j.tile - 1) / j.tile) < wanted) {
-        const int64_t per_head = (wanted + heads - 1) / heads;
-        j.tile = ((dv + per_head - 1) / per_head + 15) / 16 * 16;
+    const int64_t heads = c->B * c->H;
+    rec_job j = {.ops = ops, .c = c, .w = ws_plan(c, 0, 0, 0)};
+    j.w.total -= j.w.zc, j.w.zc = 0; /* the kernels compensate z themselves */
+    /* split one head over the team when there are fewer heads than threads
+     * and enough columns to share */
+    const int64_t per = (c->dv + wanted - 1) / wanted, split_per =
+                        (per + SPLIT_COLUMNS - 1) / SPLIT_COLUMNS * SPLIT_COLUMNS;
+    const int split = heads < wanted && split_per < c->dv;
+    const int nt = split ? (int)((c->dv + split_per - 1) / split_per) : la_team_size(wanted, heads);
+    j.block = PRIVATE_BLOCK;
+    if (split) {
+        const size_t token = ops->feature_bytes(1, c->dk);
+        j.block = (int64_t)(SHARED_BLOCK_BYTES / token) / PRIVATE_BLOCK * PRIVATE_BLOCK;
+        j.block = j.block > PRIVATE_BLOCK ? j.block : PRIVATE_BLOCK;
     }
-    j.tile = j.tile < dv ? j.tile : dv;
-    j.ntiles = (dv + j.tile - 1) / j.tile;
-    const int64_t units = heads * j.ntiles;
-    const int nt = la_team_size(wanted, units);
-    j.w = ws_plan(c, 0, 0, 0);
-    j.w.total -= j.w.zc, j.w.zc = 0; /* the kernel compensates z itself */
-    j.kernel_bytes = la_size_up64(ops->recurrent_bytes(c->T, dk, j.tile));
-    const size_t per_thread = la_size_add(j.w.total, j.kernel_bytes);
-    const size_t znorm = c->normalize ? la_size_floats(la_size_mul(4 * (size_t)dk, (size_t)heads)) : 0;
-    const size_t bytes = la_size_add(la_size_mul(per_thread, (size_t)nt), znorm);
+    j.block = j.block < c->T ? j.block : c->T;
+    j.fbytes = la_size_up64(ops->feature_bytes(j.block, c->dk));
+    j.own = rec_own_bytes(c, j.block);
+    const size_t per_thread = split ? j.own : la_size_add(la_size_add(j.w.total, j.fbytes), j.own);
+    const size_t shared = split ? la_size_add(j.w.total, la_size_mul(2, j.fbytes)) : 0;
+    const size_t bytes = la_size_add(shared, la_size_mul(per_thread, (size_t)nt));
     j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
     if (j.ws == NULL)
         return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
-    if (c->normalize) { /* every unit starts from the same z: the caller's or 0 */
-        j.z_in = (float *)(j.ws + per_thread * (size_t)nt);
-        j.z_out = j.z_in + 2 * dk * heads;
-        memset(j.z_in, 0, (size_t)(2 * dk * heads) * sizeof(float));
-        const int64_t zs = dk * (1 + c->z_compensated);
-        if (c->s)
-            for (int64_t i = 0; i < heads; i++)
-                memcpy(j.z_in + 2 * dk * i, c->z + zs * i, (size_t)zs * sizeof(float));
+#ifdef _OPENMP
+    if (split) {
+        for (int64_t i = 0; i < heads; i++)
+            rec_split_head(&j, i, nt, split_per);
+        free(j.ws);
+        return LINATTN_OK;
     }
-    LA_FOR_EACH_UNIT(nt, units, unit, tid, run_tile(&j, unit, tid));
-    if (c->normalize && c->s) /* the final z, with its compensation or folded in */
-        for (int64_t i = 0; i < heads; i++) {
-            const float *zo = j.z_out + 2 * dk * i;
-            float *z = c->z + dk * (1 + c->z_compensated) * i;
-            for (int64_t x = 0; x < dk; x++) {
-                if (c->z_compensated)
-                    z[x] = zo[x], z[dk + x] = zo[dk + x];
-                else
-                    z[x] = zo[x] + zo[dk + x];
-            }
-        }
+#endif
+    LA_FOR_EACH_UNIT(nt, heads, i, tid, rec_head(&j, i, tid));
     free(j.ws);
     return LINATTN_OK;
 }

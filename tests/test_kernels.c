@@ -446,7 +446,8 @@ START_TEST(chunked_matches_recurrent)
 END_TEST
 
 /* Results are bitwise identical for any thread count: with more heads than
- * threads (heads run in parallel) and with one head (its chunks do). */
+ * threads (heads run in parallel) and with one head (its chunks, or its
+ * value columns (40 = 16 + 16 + 8 on three threads), do). */
 START_TEST(threads_bitwise_equal)
 {
     static const int64_t shapes[][3] = {{2, 3, 130}, {1, 1, 1000}};
@@ -455,16 +456,17 @@ START_TEST(threads_bitwise_equal)
             for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++)
                 for (int state = 0; state <= 1; state++) {
                     const int64_t B = shapes[sh][0], H = shapes[sh][1], T = shapes[sh][2];
-                    spec sp = spec_default(B, H, T, 32, 24);
+                    spec sp = spec_default(B, H, T, 32, 40);
                     sp.gate = (linattn_gate)gate;
                     sp.algo = (linattn_algo)algo;
                     sp.with_state = state;
                     sp.chunk = sh ? 16 : 0;
                     problem p;
                     problem_make(&p, &sp);
-                    const size_t no = (size_t)(B * H * T * 24), ns = (size_t)(B * H * 32 * 24);
+                    const size_t no = (size_t)(B * H * T * 40), ns = (size_t)(B * H * 32 * 40);
                     const size_t nz = (size_t)(B * H * 32);
                     float *o1 = malloc(no * sizeof(float)), *s1 = malloc(ns * sizeof(float));
+                    float *z1 = malloc(nz * sizeof(float));
                     for (int threads = 1; threads <= 3; threads++) {
                         if (state) {
                             memcpy(p.s, p.s_init, ns * sizeof(float));
@@ -474,18 +476,23 @@ START_TEST(threads_bitwise_equal)
                         ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
                         if (threads == 1) {
                             memcpy(o1, p.o, no * sizeof(float));
-                            if (state)
+                            if (state) {
                                 memcpy(s1, p.s, ns * sizeof(float));
+                                memcpy(z1, p.z, nz * sizeof(float));
+                            }
                             continue;
                         }
                         ck_assert_msg(memcmp(o1, p.o, no * sizeof(float)) == 0,
                                       "o differs with %d threads: %s", threads, spec_name(&sp));
                         ck_assert_msg(!state || memcmp(s1, p.s, ns * sizeof(float)) == 0,
                                       "s differs with %d threads: %s", threads, spec_name(&sp));
+                        ck_assert_msg(!state || memcmp(z1, p.z, nz * sizeof(float)) == 0,
+                                      "z differs with %d threads: %s", threads, spec_name(&sp));
                     }
                     ck_assert_msg(problem_error(&p) <= 1.0, "%s", spec_name(&sp));
                     free(o1);
                     free(s1);
+                    free(z1);
                     problem_free(&p);
                 }
 }

@@ -45,12 +45,19 @@ typedef enum {
 
 enum { PHI_COUNT = LINATTN_PHI_IDENTITY + 1 };
 
+/* Memory layouts of the forward inputs and outputs: [B][H][T][D] (the
+ * library's default strides), [B][T][H][D] (PyTorch's and fla's), and q, k,
+ * v packed in one [B][T][qk heads*dk + qk heads*dk + H*dv] projection
+ * output (o, g and beta then [B][T][H][...]). */
+typedef enum { L_BHTD, L_BTHD, L_PACKED, L_COUNT } bench_layout;
+
 #define BENCH_STRONG_G (-8.0f)
 
 extern const char *const bench_family_names[FAM_COUNT];
 extern const char *const bench_kernel_names[K_COUNT]; /* as in the JSON */
 extern const char *const bench_gate_names[G_COUNT];
 extern const char *const bench_phi_names[PHI_COUNT];
+extern const char *const bench_layout_names[L_COUNT];
 linattn_gate bench_library_gate(bench_gate g);
 
 /* ---- options ---------------------------------------------------------- */
@@ -71,6 +78,7 @@ typedef struct {
     /* Bit masks: bit i selects value i of the enum (or normalize i). */
     unsigned families, kernels, gates, phis, normalizes;
     int64_t chunk;
+    bench_layout layout;
     const char *sweep;
     int64_t decode;
     double min_time; /* seconds of timed calls per case */
@@ -111,10 +119,13 @@ bench_shape bench_make_shape(bench_family f, int64_t B, int64_t H, int64_t T, in
  * (for the step). */
 typedef struct {
     bench_shape sh;
+    float *qkv; /* L_PACKED: the one buffer q, k and v point into */
     float *q, *k, *v, *g, *g_strong, *beta, *o[2], *s, *z;
 } bench_data;
 
-bench_data bench_data_alloc(bench_shape s, int with_state);
+/* The buffers of shape s in the options' layout (the sizes do not depend
+ * on it; L_PACKED puts q, k and v in one buffer). */
+bench_data bench_data_alloc(const bench_options *op, bench_shape s, int with_state);
 void bench_data_free(bench_data *d);
 
 linattn_config bench_config(const bench_options *op, const bench_case *c, bench_kernel k,
@@ -143,7 +154,7 @@ int bench_threads_used(bench_family f, bench_kernel k, bench_shape s, int thread
 
 /* One row of output. Fields that do not apply are NAN (numbers) or NULL. */
 typedef struct {
-    const char *kernel, *isa, *mode, *what;
+    const char *kernel, *isa, *mode, *what, *layout;
     bench_family family;
     bench_gate gate;
     linattn_phi phi;

@@ -13,6 +13,7 @@ const char *const bench_kernel_names[K_COUNT] = {"forward_chunked", "forward_rec
 const char *const bench_gate_names[G_COUNT] = {"none",    "head",         "token",
                                                "channel", "strong-token", "strong-channel"};
 const char *const bench_phi_names[PHI_COUNT] = {"elu1", "relu", "identity"};
+const char *const bench_layout_names[L_COUNT] = {"bhtd", "bthd", "packed"};
 
 linattn_gate bench_library_gate(bench_gate g)
 {
@@ -100,6 +101,8 @@ int bench_cases(const bench_options *op, bench_family f, int sweep, bench_case *
     unsigned kernels = op->kernels & fi->kernels;
     if (sweep)
         kernels &= BIT(K_CHUNKED) | BIT(K_RECURRENT) | BIT(K_QUADRATIC);
+    if (op->layout != L_BHTD) /* the quadratic baseline reads [B][H][T][D] */
+        kernels &= ~BIT(K_QUADRATIC);
     const unsigned phis = (op->phis & fi->phis) ? op->phis & fi->phis : fi->phis;
     const unsigned norms =
         (op->normalizes & fi->normalizes) ? op->normalizes & fi->normalizes : fi->normalizes;
@@ -134,24 +137,31 @@ int bench_cases(const bench_options *op, bench_family f, int sweep, bench_case *
 
 /* ---- buffers ------------------------------------------------------------ */
 
-bench_data bench_data_alloc(bench_shape s, int with_state)
+bench_data bench_data_alloc(const bench_options *op, bench_shape s, int with_state)
 {
     const int64_t qkh = s.qk_heads ? s.qk_heads : s.H;
     const int64_t nq = s.B * qkh * s.T * s.dk, nv = s.B * s.H * s.T * s.dv,
                   ng = s.B * s.H * s.T * s.dk, nb = s.B * s.H * s.T;
+    const int packed = op->layout == L_PACKED;
     bench_data d = {
         .sh = s,
-        .q = bench_alloc(nq),
-        .k = bench_alloc(nq),
-        .v = bench_alloc(nv),
+        .qkv = packed ? bench_alloc(2 * nq + nv) : NULL,
+        .q = packed ? NULL : bench_alloc(nq),
+        .k = packed ? NULL : bench_alloc(nq),
+        .v = packed ? NULL : bench_alloc(nv),
         .g = bench_alloc(ng),
         .g_strong = bench_alloc(ng),
         .beta = bench_alloc(nb),
         .o = {bench_alloc(nv), bench_alloc(nv)},
     };
-    bench_fill(d.q, nq, -1, 1, 1);
-    bench_fill(d.k, nq, -1, 1, 2);
-    bench_fill(d.v, nv, -1, 1, 3);
+    if (packed) { /* one row per token: q heads, k heads, v heads */
+        d.q = d.qkv, d.k = d.qkv + qkh * s.dk, d.v = d.qkv + 2 * qkh * s.dk;
+        bench_fill(d.qkv, 2 * nq + nv, -1, 1, 1);
+    } else {
+        bench_fill(d.q, nq, -1, 1, 1);
+        bench_fill(d.k, nq, -1, 1, 2);
+        bench_fill(d.v, nv, -1, 1, 3);
+    }
     bench_fill(d.g, ng, -1, 0, 4);
     for (int64_t i = 0; i < ng; i++)
         d.g_strong[i] = BENCH_STRONG_G;
@@ -170,9 +180,13 @@ bench_data bench_data_alloc(bench_shape s, int with_state)
 
 void bench_data_free(bench_data *d)
 {
-    free(d->q);
-    free(d->k);
-    free(d->v);
+    if (d->qkv) {
+        free(d->qkv);
+    } else {
+        free(d->q);
+        free(d->k);
+        free(d->v);
+    }
     free(d->g);
     free(d->g_strong);
     free(d->beta);
@@ -204,11 +218,29 @@ linattn_config bench_config(const bench_options *op, const bench_case *c, bench_
     cfg.causal = k != K_NONCAUSAL;
     cfg.num_threads = op->threads;
     cfg.chunk = op->chunk;
-    if (s.qk_heads) {
-        cfg.qk_heads = s.qk_heads;
-        cfg.q = cfg.k = (linattn_strides){s.qk_heads * s.T * s.dk, s.T * s.dk, s.dk};
+    const int64_t qkh = s.qk_heads ? s.qk_heads : s.H;
+    cfg.qk_heads = s.qk_heads;
+    const int64_t gd = c->gate == G_CHANNEL || c->gate == G_STRONG_CHANNEL ? s.dk : 1;
+    switch (op->layout) {
+    case L_BHTD:
+        cfg.q = cfg.k = (linattn_strides){qkh * s.T * s.dk, s.T * s.dk, s.dk};
+        cfg.beta = (linattn_strides){s.H * s.T, s.T, 1};
+        break;
+    case L_BTHD:
+    case L_PACKED: {
+        const int64_t row = op->layout == L_PACKED ? 2 * qkh * s.dk + s.H * s.dv : 0;
+        cfg.q = cfg.k = op->layout == L_PACKED ? (linattn_strides){s.T * row, s.dk, row}
+                                               : (linattn_strides){s.T * qkh * s.dk, s.dk, qkh * s.dk};
+        cfg.v = op->layout == L_PACKED ? (linattn_strides){s.T * row, s.dv, row}
+                                       : (linattn_strides){s.T * s.H * s.dv, s.dv, s.H * s.dv};
+        cfg.o = (linattn_strides){s.T * s.H * s.dv, s.dv, s.H * s.dv};
+        if (c->gate != G_NONE && c->gate != G_HEAD)
+            cfg.g = (linattn_strides){s.T * s.H * gd, gd, s.H * gd};
+        cfg.beta = (linattn_strides){s.T * s.H, 1, s.H};
+        break;
     }
-    cfg.beta = (linattn_strides){s.H * s.T, s.T, 1};
+    default: bench_die("unknown layout %d", (int)op->layout);
+    }
     return cfg;
 }
 

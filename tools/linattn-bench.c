@@ -76,7 +76,7 @@ static bench_result bench_step(const bench_options *op, linattn_isa isa, const b
                                bench_shape s)
 {
     bench_use_isa(isa);
-    bench_data d = bench_data_alloc(s, 1);
+    bench_data d = bench_data_alloc(op, s, 1);
     call_ctx x = {c, K_STEP, bench_config(op, c, K_STEP, s), &d, d.o[0]};
     const double sec = bench_time_call(run_call, &x, op->min_time);
     bench_data_free(&d);
@@ -248,7 +248,7 @@ static void run_family(const bench_options *op, const isa_list *l, bench_family 
 
     bench_data d = {0};
     if (any_kernel(cs, n, forward))
-        d = bench_data_alloc(s, 0);
+        d = bench_data_alloc(op, s, 0);
     const int64_t nout = s.B * s.H * s.T * s.dv;
     double chunked_tps[MAX_CASES]; /* the reference ISA's, for the speedups */
     for (int i = 0; i < n; i++)
@@ -388,7 +388,7 @@ static void run_decode(const bench_options *op, const isa_list *l)
             const linattn_isa isa = l->list[i];
             for (int j = 0; j < nc; j++) {
                 bench_use_isa(isa);
-                bench_data d = bench_data_alloc(st, 1);
+                bench_data d = bench_data_alloc(op, st, 1);
                 call_ctx x = {&cs[j], K_STEP, bench_config(op, &cs[j], K_STEP, st), &d, d.o[0]};
                 for (int w = 0; w < 8; w++) /* warm caches and the state */
                     run_call(&x);
@@ -450,7 +450,7 @@ static void run_sweep(const bench_options *op, const isa_list *l)
             bench_shape s = bench_make_shape((bench_family)f, op->shape_given ? op->shape.B : 1,
                                              op->shape_given ? op->shape.H : 1, ts[nt - 1],
                                              ds[di], ds[di]);
-            bench_data d = bench_data_alloc(s, 0);
+            bench_data d = bench_data_alloc(op, s, 0);
             for (int ti = 0; ti < nt; ti++) {
                 s.T = ts[ti];
                 for (int i = 0; i < l->n; i++)

@@ -216,6 +216,9 @@ bench_result bench_new_result(const bench_options *op, const bench_case *c, benc
     return (bench_result){
         .kernel = bench_kernel_names[k],
         .isa = k == K_QUADRATIC ? "c" : linattn_isa_name(isa),
+        .layout = k == K_CHUNKED || k == K_RECURRENT || k == K_NONCAUSAL
+                      ? bench_layout_names[op->layout]
+                      : NULL,
         .family = c->family,
         .gate = c->gate,
         .phi = c->phi,

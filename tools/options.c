@@ -54,6 +54,9 @@ static void usage(void)
           "  --shape B,H,T,dk,dv   forward shape; the step takes its B, H, dk, dv\n"
           "  --threads N           num_threads of the calls (default 1)\n"
           "  --chunk N             chunk length of the chunked kernels (0 = library's)\n"
+          "  --layout NAME         forward memory layout: bhtd (default: [B][H][T][D]),\n"
+          "                        bthd ([B][T][H][D], PyTorch's), packed (q, k, v in\n"
+          "                        one [B][T][...] buffer, o and gates [B][T][H][...])\n"
           "\n"
           "Modes (instead of the default table):\n"
           "  --decode N            decode latency: N consecutive steps on one state,\n"
@@ -207,6 +210,7 @@ enum {
     OPT_PHI,
     OPT_NORMALIZE,
     OPT_CHUNK,
+    OPT_LAYOUT,
     OPT_SWEEP,
     OPT_DECODE,
 };
@@ -226,6 +230,7 @@ bench_options bench_parse_args(int argc, char **argv)
         {"phi", required_argument, NULL, OPT_PHI},
         {"normalize", required_argument, NULL, OPT_NORMALIZE},
         {"chunk", required_argument, NULL, OPT_CHUNK},
+        {"layout", required_argument, NULL, OPT_LAYOUT},
         {"sweep", required_argument, NULL, OPT_SWEEP},
         {"decode", required_argument, NULL, OPT_DECODE},
         {NULL, 0, NULL, 0},
@@ -276,6 +281,13 @@ bench_options bench_parse_args(int argc, char **argv)
             break;
         case OPT_NORMALIZE: op.normalizes = parse_normalize(val); break;
         case OPT_CHUNK: op.chunk = parse_int("--chunk", val, 0, 1 << 24); break;
+        case OPT_LAYOUT: {
+            const unsigned m = parse_name("--layout", val, bench_layout_names, L_COUNT, 0);
+            if (m == 0 || (m & (m - 1)))
+                usage_error("--layout takes one of bhtd, bthd, packed");
+            op.layout = (bench_layout)__builtin_ctz(m);
+            break;
+        }
         case OPT_SWEEP: op.sweep = val; break;
         case OPT_DECODE: op.decode = parse_int("--decode", val, 1, 100000000); break;
         case ':': usage_error("%s needs a value", argv[optind - 1]);

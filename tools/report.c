@@ -46,6 +46,7 @@ void bench_json(const bench_result *r)
     json_int("T", s.T);
     json_int("dk", s.dk);
     json_int("dv", s.dv);
+    json_str("layout", r->layout);
     json_int("threads", r->threads);
     json_int("chunk", r->chunk);
     json_int("tokens", r->tokens);

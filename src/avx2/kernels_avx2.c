@@ -884,7 +884,7 @@ static void forward_noncausal_avx2(const la_head *h)
 LA_FTZ_CHUNK_OPS(avx2)
 
 /* The value-tiled recurrent forward, written once for every ISA. */
-#define LA_ADD_NV 8
+#define LA_ADD_NV 2
 #include "../additive_kernels.h"
 
 static const la_additive_ops additive_avx2 = {
@@ -894,9 +894,10 @@ static const la_additive_ops additive_avx2 = {
     .chunk_output = chunk_output_avx2_ftz,
     .chunk_state = chunk_state_avx2_ftz,
     .state_combine = state_combine_avx2_ftz,
-    .tile_columns = additive_tile_columns,
-    .recurrent_bytes = additive_recurrent_bytes,
-    .recurrent = additive_recurrent,
+    .feature_bytes = additive_feature_bytes,
+    .features = additive_features,
+    .normaliser = additive_normaliser,
+    .columns = additive_columns,
     .token = token_avx2,
     .forward_noncausal = forward_noncausal_avx2,
 };

@@ -839,7 +839,7 @@ static void forward_noncausal_avx512(const la_head *h)
 LA_FTZ_CHUNK_OPS(avx512)
 
 /* The value-tiled recurrent forward, written once for every ISA. */
-#define LA_ADD_NV 8
+#define LA_ADD_NV 4
 #include "../additive_kernels.h"
 
 static const la_additive_ops additive_avx512 = {
@@ -849,9 +849,10 @@ static const la_additive_ops additive_avx512 = {
     .chunk_output = chunk_output_avx512_ftz,
     .chunk_state = chunk_state_avx512_ftz,
     .state_combine = state_combine_avx512_ftz,
-    .tile_columns = additive_tile_columns,
-    .recurrent_bytes = additive_recurrent_bytes,
-    .recurrent = additive_recurrent,
+    .feature_bytes = additive_feature_bytes,
+    .features = additive_features,
+    .normaliser = additive_normaliser,
+    .columns = additive_columns,
     .token = token_avx512,
     .forward_noncausal = forward_noncausal_avx512,
 };

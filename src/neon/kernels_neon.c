@@ -559,7 +559,7 @@ static void forward_noncausal_neon(const la_head *h)
 }
 
 /* The value-tiled recurrent forward, written once for every ISA. */
-#define LA_ADD_NV 8
+#define LA_ADD_NV 4
 #include "../additive_kernels.h"
 
 static const la_additive_ops additive_neon = {
@@ -569,9 +569,10 @@ static const la_additive_ops additive_neon = {
     .chunk_output = chunk_output_neon,
     .chunk_state = chunk_state_neon,
     .state_combine = state_combine_neon,
-    .tile_columns = additive_tile_columns,
-    .recurrent_bytes = additive_recurrent_bytes,
-    .recurrent = additive_recurrent,
+    .feature_bytes = additive_feature_bytes,
+    .features = additive_features,
+    .normaliser = additive_normaliser,
+    .columns = additive_columns,
     .token = token_neon,
     .forward_noncausal = forward_noncausal_neon,
 };

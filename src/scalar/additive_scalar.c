@@ -253,7 +253,7 @@ static void forward_noncausal_scalar(const la_head *h)
 }
 
 /* The value-tiled recurrent forward: the generic kernel over one lane. */
-#define LA_ADD_NV 8
+#define LA_ADD_NV 1
 #include "../additive_kernels.h"
 
 const la_additive_ops la_additive_scalar = {
@@ -263,9 +263,10 @@ const la_additive_ops la_additive_scalar = {
     .chunk_output = chunk_output_scalar,
     .chunk_state = chunk_state_scalar,
     .state_combine = state_combine_scalar,
-    .tile_columns = additive_tile_columns,
-    .recurrent_bytes = additive_recurrent_bytes,
-    .recurrent = additive_recurrent,
+    .feature_bytes = additive_feature_bytes,
+    .features = additive_features,
+    .normaliser = additive_normaliser,
+    .columns = additive_columns,
     .token = token_scalar,
     .forward_noncausal = forward_noncausal_scalar,
 };

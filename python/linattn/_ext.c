@@ -1,12 +1,14 @@
 /* linattn._ext: the C API over the CPython buffer protocol.
  *
- * One entry point, run(), takes positional arguments only: the Python layer
- * has already turned keywords and names into integers, because parsing a
- * dozen keywords here would cost more than a decode step. Arrays arrive as
- * buffer-protocol objects (numpy arrays; torch tensors are viewed as numpy
- * arrays by the Python layer). Their shapes become the config's dimensions
- * and their strides its strides, so nothing is copied and the library cannot
- * address memory outside the buffers. The GIL is released while computing. */
+ * compute() runs one library call on positional arguments: run() serves
+ * the Python layer's forward and delta calls, step() is linattn.step
+ * itself, keywords included, because a Python frame in front of it cost
+ * a quarter of a small decode step. Names ('elu1') and flags are resolved
+ * here. numpy arrays are read through the buffer protocol, torch tensors
+ * through their pointer, shape and strides. Shapes become the config's
+ * dimensions and strides its strides, so nothing is copied and the library
+ * cannot address memory outside the arrays. The GIL is released while
+ * computing. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -116,8 +118,10 @@ static int is_tensor(PyObject *obj)
 static int tensor_view(PyObject *obj, const char *name, view *v)
 {
     const int fast = Py_IS_TYPE(obj, (PyTypeObject *)torch_tensor) && descriptors_current();
-#define GET(d, s) (fast ? Py_TYPE(d)->tp_descr_get(d, obj, torch_tensor) : PyObject_GetAttr(obj, s))
-#define CALL(d, s) (fast ? PyObject_Vectorcall(d, &obj, 1, NULL) : PyObject_CallMethodNoArgs(obj, s))
+#define GET(d, s) \
+    (fast ? Py_TYPE(d)->tp_descr_get(d, obj, torch_tensor) : PyObject_GetAttr(obj, s))
+#define CALL(d, s) \
+    (fast ? PyObject_Vectorcall(d, &obj, 1, NULL) : PyObject_CallMethodNoArgs(obj, s))
     PyObject *cpu = GET(desc.is_cpu, s_is_cpu);
     if (cpu == NULL)
         return -1;
@@ -394,7 +398,8 @@ typedef struct {
     PyObject *str; /* interned at import */
 } choice;
 
-static choice layouts[] = {{"bhtd", LAYOUT_BHTD, NULL}, {"bthd", LAYOUT_BTHD, NULL}, {NULL, 0, NULL}};
+static choice layouts[] = {{"bhtd", LAYOUT_BHTD, NULL}, {"bthd", LAYOUT_BTHD, NULL},
+                           {NULL, 0, NULL}};
 static choice gates[] = {{"none", LINATTN_GATE_NONE, NULL}, {"head", LINATTN_GATE_HEAD, NULL},
                          {"token", LINATTN_GATE_TOKEN, NULL},
                          {"channel", LINATTN_GATE_CHANNEL, NULL}, {NULL, 0, NULL}};
@@ -559,9 +564,9 @@ static int compute(PyObject *const *args)
     }
     if (z_obj != Py_None) {
         /* Compensated: per (b, h), dk sums, then dk rounding errors. */
-        const int64_t want[4] = {B, H, zc == 1 ? 2 : dk, dk};
-        if (zc == 1 ? acquire_packed(z_obj, "z", "[B, H, 2, K]", 4, want, &z)
-                    : acquire_packed(z_obj, "z", "[B, H, K]", 3, want, &z))
+        const int64_t plain[3] = {B, H, dk}, compensated[4] = {B, H, 2, dk};
+        if (zc == 1 ? acquire_packed(z_obj, "z", "[B, H, 2, K]", 4, compensated, &z)
+                    : acquire_packed(z_obj, "z", "[B, H, K]", 3, plain, &z))
             goto done;
     }
 

@@ -14,11 +14,6 @@ from . import _ext
 _ndarray = np.ndarray
 _float32 = np.float32
 
-PHI = {'elu1': 0, 'relu': 1, 'identity': 2}
-GATE = {None: -1, 'none': 0, 'head': 1, 'token': 2, 'channel': 3}
-ALGO = {'auto': 0, 'chunked': 1, 'recurrent': 2}
-HEAD_MAP = {'grouped': 0, 'tiled': 1}
-LAYOUT = {'bhtd': 0, 'bthd': 1}
 ISA = {'auto': 0, 'scalar': 1, 'avx2': 2, 'avx512': 3, 'neon': 4}
 
 _FORWARD, _STEP, _DELTA_FORWARD, _DELTA_STEP = range(4)
@@ -64,30 +59,22 @@ def _out(q, v):
     return np.empty(getattr(v, 'shape', (1,)), _float32)  # the extension names q's fault
 
 
-def _enums(gate, phi, algo, head_map):
-    return (GATE[gate] if gate in GATE else _lookup(GATE, gate, 'gate'),
-            PHI[phi] if phi in PHI else _lookup(PHI, phi, 'phi'),
-            ALGO[algo] if algo in ALGO else _lookup(ALGO, algo, 'algo'),
-            HEAD_MAP[head_map] if head_map in HEAD_MAP else _lookup(HEAD_MAP, head_map,
-                                                                     'head_map'))
-
-
 def _call(kind, layout, q, k, v, g, beta, o, s, z, gate, phi, algo, causal, normalize, eps,
-          scale, chunk, num_threads, head_map, qk_l2norm):
-    # Arrays and tensors go to the extension as they are: it reads numpy
-    # arrays through the buffer protocol and tensors through their pointer
-    # and strides. Only o, when not given, is made here, of q's kind.
+          scale, chunk, num_threads, head_map, qk_l2norm, z_compensated=False):
+    # Everything goes to the extension as it is: it reads numpy arrays
+    # through the buffer protocol and tensors through their pointer and
+    # strides, and names ('elu1', 'bthd') and flags itself. Only o, when
+    # not given, is made here, of q's kind.
     if o is None:
         o = _out(q, v)
-    gate, phi, algo, head_map = _enums(gate, phi, algo, head_map)
-    _ext.run(kind, layout, q, k, v, g, beta, o, s, z, gate, phi, algo, int(causal),
-             int(normalize), eps, scale, chunk, num_threads, head_map, int(qk_l2norm))
+    _ext.run(kind, layout, q, k, v, g, beta, o, s, z, gate, phi, algo, causal, normalize, eps,
+             scale, chunk, num_threads, head_map, qk_l2norm, z_compensated)
     return o
 
 
 def forward(q, k, v, g=None, *, o=None, s=None, z=None, layout='bhtd', gate=None,
             phi='elu1', algo='auto', causal=True, normalize=True, eps=1e-6, scale=1.0,
-            chunk=0, num_threads=0, head_map='grouped', qk_l2norm=False):
+            chunk=0, num_threads=0, head_map='grouped', qk_l2norm=False, z_compensated=False):
     """Whole-sequence linear attention (linattn_forward); returns o.
 
     layout 'bhtd': q, k [B, Hk, T, K], v [B, H, T, V] (the C library's order);
@@ -98,34 +85,21 @@ def forward(q, k, v, g=None, *, o=None, s=None, z=None, layout='bhtd', gate=None
     picks the kind from g's dimensions.
     s [B, H, K, V] and z [B, H, K] (C-contiguous, float32) are read as the
     initial state and overwritten with the final one; None = zero state.
+    z_compensated=True: z is [B, H, 2, K], the sums z[:, :, 0] and the
+    rounding error they have not absorbed z[:, :, 1] (the normaliser is
+    their sum; zeros to start); see step. A chunked forward folds the error
+    into the sums and leaves z[:, :, 1] zero.
     o: where to write [B, H, T, V] / [B, T, H, V]; made when None.
     """
-    return _call(_FORWARD, _lookup(LAYOUT, layout, 'layout'), q, k, v, g, None, o, s, z, gate,
-                 phi, algo, causal, normalize, eps, scale, chunk, num_threads, head_map,
-                 qk_l2norm)
+    return _call(_FORWARD, layout, q, k, v, g, None, o, s, z, gate, phi, algo, causal,
+                 normalize, eps, scale, chunk, num_threads, head_map, qk_l2norm, z_compensated)
 
 
-def step(q, k, v, g=None, *, s, z=None, o=None, gate=None, phi='elu1', algo='auto',
-         causal=True, normalize=True, eps=1e-6, scale=1.0, chunk=0, num_threads=0,
-         head_map='grouped', qk_l2norm=False):
-    """One decode token per (batch, head) (linattn_step); returns o.
-
-    q, k [B, Hk, K], v [B, H, V], any strides with a contiguous last
-    dimension; g: [H] ('head'), [B, H] ('token'), [B, H, K] ('channel').
-    s [B, H, K, V] (and z [B, H, K] when normalising) are updated in place.
-    """
-    # The decode path: one frame, no helper calls when o is given.
-    if o is None:
-        o = _out(q, v)
-    _ext.run(_STEP, 0, q, k, v, g, None, o, s, z,
-             GATE[gate] if gate in GATE else _lookup(GATE, gate, 'gate'),
-             PHI[phi] if phi in PHI else _lookup(PHI, phi, 'phi'),
-             ALGO[algo] if algo in ALGO else _lookup(ALGO, algo, 'algo'),
-             int(causal), int(normalize), eps, scale, chunk, num_threads,
-             HEAD_MAP[head_map] if head_map in HEAD_MAP else _lookup(HEAD_MAP, head_map,
-                                                                      'head_map'),
-             int(qk_l2norm))
-    return o
+# The decode path is the extension's own function: a Python frame in front
+# of it would cost a quarter of a small step. It makes o with _out when o is
+# None. Signature and documentation: help(linattn.step).
+_ext.set_output_maker(_out)
+step = _ext.step
 
 
 def delta_forward(q, k, v, beta, g=None, *, o=None, s=None, layout='bhtd', gate=None,
@@ -137,7 +111,7 @@ def delta_forward(q, k, v, beta, g=None, *, o=None, s=None, layout='bhtd', gate=
     values in [0, 2]. Gate none: DeltaNet; token: Gated DeltaNet; channel:
     Kimi Delta Attention. s [B, H, K, V] in/out as for forward; no z.
     """
-    return _call(_DELTA_FORWARD, _lookup(LAYOUT, layout, 'layout'), q, k, v, g, beta, o, s,
+    return _call(_DELTA_FORWARD, layout, q, k, v, g, beta, o, s,
                  None, gate, phi, algo, causal, normalize, eps, scale, chunk, num_threads,
                  head_map, qk_l2norm)
 
@@ -149,7 +123,7 @@ def delta_step(q, k, v, beta, g=None, *, s, o=None, gate=None, phi='identity', a
 
     Shapes as for step; beta [B, H]; s [B, H, K, V] updated in place.
     """
-    return _call(_DELTA_STEP, 0, q, k, v, g, beta, o, s, None, gate, phi, algo, causal,
+    return _call(_DELTA_STEP, 'bhtd', q, k, v, g, beta, o, s, None, gate, phi, algo, causal,
                  normalize, eps, scale, chunk, num_threads, head_map, qk_l2norm)
 
 

@@ -1,16 +1,19 @@
 /* linattn._ext: the C API over the CPython buffer protocol.
  *
- * One entry point, run(), takes positional arguments only: the Python layer
- * has already turned keywords and names into integers, because parsing a
- * dozen keywords here would cost more than a decode step. Arrays arrive as
- * buffer-protocol objects (numpy arrays; torch tensors are viewed as numpy
- * arrays by the Python layer). Their shapes become the config's dimensions
- * and their strides its strides, so nothing is copied and the library cannot
- * address memory outside the buffers. The GIL is released while computing. */
+ * compute() runs one library call on positional arguments: run() serves
+ * the Python layer's forward and delta calls, step() is linattn.step
+ * itself, keywords included, because a Python frame in front of it cost
+ * a quarter of a small decode step. Names ('elu1') and flags are resolved
+ * here. numpy arrays are read through the buffer protocol, torch tensors
+ * through their pointer, shape and strides. Shapes become the config's
+ * dimensions and strides its strides, so nothing is copied and the library
+ * cannot address memory outside the arrays. The GIL is released while
+ * computing. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "linattn.h"
@@ -39,7 +42,52 @@ static void release(view *v)
  * strides here costs a fraction of tensor.numpy(), which matters for a
  * decode step. torch is never imported from here: a tensor means it is. */
 static PyObject *torch_tensor, *torch_float32;
-static PyObject *s_is_cpu, *s_dtype, *s_shape, *s_stride, *s_data_ptr, *s_device;
+static PyObject *s_is_cpu, *s_dtype, *s_shape, *s_is_contiguous, *s_stride, *s_data_ptr,
+    *s_device;
+
+/* Five attribute reads per tensor were most of a torch step's overhead.
+ * On a plain torch.Tensor they go straight to torch's descriptors instead,
+ * skipping the lookup by name and the bound method; the same getters and
+ * methods run, __torch_function__ modes included. The descriptors are
+ * read again whenever the class changes (its version tag moves). */
+static struct {
+    unsigned int tag; /* torch.Tensor's tp_version_tag when read; 0: not read */
+    PyObject *is_cpu, *dtype, *shape, *is_contiguous, *stride, *data_ptr;
+} desc;
+
+/* 0 while the class has no valid tag (it gets one at its next lookup). */
+static unsigned int version_tag(PyTypeObject *tp)
+{
+#ifdef Py_TPFLAGS_VALID_VERSION_TAG
+    if (!PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG))
+        return 0;
+#endif
+    return tp->tp_version_tag;
+}
+
+/* 1 when desc holds torch.Tensor's current descriptors. */
+static int descriptors_current(void)
+{
+    PyTypeObject *tp = (PyTypeObject *)torch_tensor;
+    if (desc.tag != 0 && version_tag(tp) == desc.tag)
+        return 1;
+    PyObject **const slot[] = {&desc.is_cpu, &desc.dtype, &desc.shape, &desc.is_contiguous,
+                               &desc.stride, &desc.data_ptr};
+    PyObject *const name[] = {s_is_cpu, s_dtype, s_shape, s_is_contiguous, s_stride,
+                              s_data_ptr};
+    desc.tag = 0;
+    for (int i = 0; i < 6; i++) {
+        Py_CLEAR(*slot[i]);
+        *slot[i] = PyObject_GetAttr(torch_tensor, name[i]);
+        PyTypeObject *want = i < 3 ? &PyGetSetDescr_Type : &PyMethodDescr_Type;
+        if (*slot[i] == NULL || !Py_IS_TYPE(*slot[i], want)) {
+            PyErr_Clear();
+            return 0; /* replaced by something else: take the attributes by name */
+        }
+    }
+    desc.tag = version_tag(tp); /* the lookups above gave it one */
+    return 1;
+}
 
 /* 1 when obj is a torch.Tensor, 0 when not, -1 on error. */
 static int is_tensor(PyObject *obj)
@@ -55,22 +103,29 @@ static int is_tensor(PyObject *obj)
         torch_tensor = PyObject_GetAttrString(torch, "Tensor");
         torch_float32 = PyObject_GetAttrString(torch, "float32");
         Py_DECREF(torch);
-        if (torch_tensor == NULL || torch_float32 == NULL) {
+        if (torch_tensor == NULL || torch_float32 == NULL || !PyType_Check(torch_tensor)) {
             Py_CLEAR(torch_tensor);
             Py_CLEAR(torch_float32);
             return -1;
         }
     }
+    if (Py_IS_TYPE(obj, (PyTypeObject *)torch_tensor))
+        return 1;
     return PyObject_IsInstance(obj, torch_tensor);
 }
 
 /* Fills v->buf from a CPU float32 tensor as a buffer would be filled. */
 static int tensor_view(PyObject *obj, const char *name, view *v)
 {
-    PyObject *cpu = PyObject_GetAttr(obj, s_is_cpu);
+    const int fast = Py_IS_TYPE(obj, (PyTypeObject *)torch_tensor) && descriptors_current();
+#define GET(d, s) \
+    (fast ? Py_TYPE(d)->tp_descr_get(d, obj, torch_tensor) : PyObject_GetAttr(obj, s))
+#define CALL(d, s) \
+    (fast ? PyObject_Vectorcall(d, &obj, 1, NULL) : PyObject_CallMethodNoArgs(obj, s))
+    PyObject *cpu = GET(desc.is_cpu, s_is_cpu);
     if (cpu == NULL)
         return -1;
-    const int on_cpu = PyObject_IsTrue(cpu);
+    const int on_cpu = cpu == Py_True ? 1 : PyObject_IsTrue(cpu);
     Py_DECREF(cpu);
     if (on_cpu != 1) {
         PyObject *dev = PyObject_GetAttr(obj, s_device);
@@ -80,7 +135,7 @@ static int tensor_view(PyObject *obj, const char *name, view *v)
         Py_XDECREF(dev);
         return -1;
     }
-    PyObject *dtype = PyObject_GetAttr(obj, s_dtype);
+    PyObject *dtype = GET(desc.dtype, s_dtype);
     if (dtype == NULL)
         return -1;
     if (dtype != torch_float32) {
@@ -89,18 +144,30 @@ static int tensor_view(PyObject *obj, const char *name, view *v)
         return -1;
     }
     Py_DECREF(dtype);
-    PyObject *shape = PyObject_GetAttr(obj, s_shape);
-    PyObject *strides = PyObject_CallMethodNoArgs(obj, s_stride);
-    PyObject *ptr = PyObject_CallMethodNoArgs(obj, s_data_ptr);
+    /* is_contiguous() is cheaper than stride(), and a contiguous tensor's
+     * strides follow from its shape (torch ignores the strides of size-1
+     * dimensions, as the library does). */
+    PyObject *shape = GET(desc.shape, s_shape);
+    int contiguous = -1;
+    if (shape != NULL) {
+        PyObject *c = CALL(desc.is_contiguous, s_is_contiguous);
+        contiguous = c ? PyObject_IsTrue(c) : -1;
+        Py_XDECREF(c);
+    }
+    PyObject *strides = contiguous == 0 ? CALL(desc.stride, s_stride) : NULL;
+    PyObject *ptr = contiguous == 1 || strides ? CALL(desc.data_ptr, s_data_ptr) : NULL;
+#undef GET
+#undef CALL
     int rc = -1;
-    if (shape == NULL || strides == NULL || ptr == NULL) {
+    if (ptr == NULL) {
         /* sparse and other layouts have no strides */
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "%s: expected a strided (dense) tensor", name);
         goto out;
     }
-    if (!PyTuple_Check(shape) || !PyTuple_Check(strides) ||
-        PyTuple_GET_SIZE(shape) != PyTuple_GET_SIZE(strides)) {
+    if (!PyTuple_Check(shape) ||
+        (strides && (!PyTuple_Check(strides) ||
+                     PyTuple_GET_SIZE(shape) != PyTuple_GET_SIZE(strides)))) {
         PyErr_Format(PyExc_TypeError, "%s: tensor without shape and strides", name);
         goto out;
     }
@@ -109,15 +176,19 @@ static int tensor_view(PyObject *obj, const char *name, view *v)
         PyErr_Format(PyExc_ValueError, "%s: %zd dimensions", name, nd);
         goto out;
     }
-    for (Py_ssize_t i = 0; i < nd; i++) {
+    Py_ssize_t packed = 1; /* the stride of dimension i when contiguous */
+    for (Py_ssize_t i = nd - 1; i >= 0; i--) {
         v->tshape[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
-        v->tstrides[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
+        v->tstrides[i] = strides ? PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i)) : packed;
         if (PyErr_Occurred())
             goto out;
-        if (v->tstrides[i] > PY_SSIZE_T_MAX / 4 || v->tstrides[i] < PY_SSIZE_T_MIN / 4) {
+        const Py_ssize_t n = v->tshape[i] > 1 ? v->tshape[i] : 1;
+        if (v->tstrides[i] > PY_SSIZE_T_MAX / 4 || v->tstrides[i] < PY_SSIZE_T_MIN / 4 ||
+            (!strides && i > 0 && packed > PY_SSIZE_T_MAX / 4 / n)) {
             PyErr_Format(PyExc_ValueError, "%s: stride out of range", name);
             goto out;
         }
+        packed *= n;
         v->tstrides[i] *= 4;
     }
     v->buf.buf = PyLong_AsVoidPtr(ptr);
@@ -161,7 +232,7 @@ static const char *dtype_name(const char *fmt)
 static int acquire(PyObject *obj, const char *name, const char *axes, const char *shape,
                    int writable, view *v)
 {
-    memset(v, 0, sizeof *v);
+    v->held = 0; /* the rest is filled below before it is read */
     const int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (!PyObject_CheckBuffer(obj)) {
         const int t = is_tensor(obj);
@@ -319,32 +390,94 @@ static PyObject *raise_status(linattn_status st)
     return NULL;
 }
 
-/* run(kind, layout, q, k, v, g, beta, o, s, z,
- *     gate, phi, algo, causal, normalize, eps, scale, chunk, num_threads,
- *     head_map, qk_l2norm)
- * gate -1 means: from g's number of dimensions. Returns None. */
-static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* A keyword's names and values. Python interns the string literals of
+ * the keyword defaults, so a pointer comparison usually decides. */
+typedef struct {
+    const char *name;
+    int value;
+    PyObject *str; /* interned at import */
+} choice;
+
+static choice layouts[] = {{"bhtd", LAYOUT_BHTD, NULL}, {"bthd", LAYOUT_BTHD, NULL},
+                           {NULL, 0, NULL}};
+static choice gates[] = {{"none", LINATTN_GATE_NONE, NULL}, {"head", LINATTN_GATE_HEAD, NULL},
+                         {"token", LINATTN_GATE_TOKEN, NULL},
+                         {"channel", LINATTN_GATE_CHANNEL, NULL}, {NULL, 0, NULL}};
+static choice phis[] = {{"elu1", LINATTN_PHI_ELU1, NULL}, {"relu", LINATTN_PHI_RELU, NULL},
+                        {"identity", LINATTN_PHI_IDENTITY, NULL}, {NULL, 0, NULL}};
+static choice algos[] = {{"auto", LINATTN_ALGO_AUTO, NULL}, {"chunked", LINATTN_ALGO_CHUNKED, NULL},
+                         {"recurrent", LINATTN_ALGO_RECURRENT, NULL}, {NULL, 0, NULL}};
+static choice head_maps[] = {{"grouped", LINATTN_HEADS_GROUPED, NULL},
+                             {"tiled", LINATTN_HEADS_TILED, NULL}, {NULL, 0, NULL}};
+static choice *const all_choices[] = {layouts, gates, phis, algos, head_maps};
+
+static int choose(PyObject *o, const char *what, const choice *c, long long *out)
 {
-    (void)self;
-    if (nargs != 21) {
-        PyErr_SetString(PyExc_TypeError, "run() takes 21 positional arguments");
-        return NULL;
+    for (const choice *p = c; p->name; p++) {
+        if (o == p->str) {
+            *out = p->value;
+            return 0;
+        }
     }
-    long long kind, layout, gate, phi, algo, causal, normalize, chunk, threads, head_map, l2;
-    if (as_long(args[0], "kind", 0, 3, &kind) || as_long(args[1], "layout", 0, 1, &layout) ||
-        as_long(args[10], "gate", -1, INT_MAX, &gate) ||
-        as_long(args[11], "phi", INT_MIN, INT_MAX, &phi) ||
-        as_long(args[12], "algo", INT_MIN, INT_MAX, &algo) ||
-        as_long(args[13], "causal", INT_MIN, INT_MAX, &causal) ||
-        as_long(args[14], "normalize", INT_MIN, INT_MAX, &normalize) ||
+    if (PyUnicode_Check(o)) {
+        for (const choice *p = c; p->name; p++) {
+            if (PyUnicode_CompareWithASCIIString(o, p->name) == 0) {
+                *out = p->value;
+                return 0;
+            }
+        }
+    }
+    char names[96] = "";
+    size_t len = 0;
+    for (const choice *p = c; p->name && len < sizeof names; p++)
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s'%s'", p == c ? "" : ", ",
+                                p->name);
+    PyErr_Format(PyExc_ValueError, "%s=%R: expected one of %s", what, o, names);
+    return -1;
+}
+
+/* A flag as int() reads it: True, False, 0, 1 (the library rejects others). */
+static int flag(PyObject *o, const char *name, long long *out)
+{
+    if (o == Py_True || o == Py_False) {
+        *out = o == Py_True;
+        return 0;
+    }
+    PyObject *n = PyNumber_Long(o);
+    if (n == NULL)
+        return -1;
+    const int rc = as_long(n, name, INT_MIN, INT_MAX, out);
+    Py_DECREF(n);
+    return rc;
+}
+
+/* The arguments of compute(), in order. */
+enum {
+    A_KIND, A_LAYOUT, A_Q, A_K, A_V, A_G, A_BETA, A_O, A_S, A_Z, A_GATE, A_PHI, A_ALGO,
+    A_CAUSAL, A_NORMALIZE, A_EPS, A_SCALE, A_CHUNK, A_THREADS, A_HEAD_MAP, A_L2, A_ZC, N_ARGS
+};
+
+/* One call of the library on N_ARGS arguments: kind, layout, q, k, v, g,
+ * beta, o, s, z, gate, phi, algo, causal, normalize, eps, scale, chunk,
+ * num_threads, head_map, qk_l2norm, z_compensated; layout, gate, phi, algo
+ * and head_map by name, gate None meaning: from g's number of dimensions.
+ * 0, or -1 with an exception set. */
+static int compute(PyObject *const *args)
+{
+    long long kind, layout, gate = -1, phi, algo, causal, normalize, chunk, threads, head_map,
+              l2, zc;
+    if (as_long(args[0], "kind", 0, 3, &kind) || choose(args[1], "layout", layouts, &layout) ||
+        (args[10] != Py_None && choose(args[10], "gate", gates, &gate)) ||
+        choose(args[11], "phi", phis, &phi) || choose(args[12], "algo", algos, &algo) ||
+        flag(args[13], "causal", &causal) || flag(args[14], "normalize", &normalize) ||
         as_long(args[17], "chunk", LLONG_MIN, LLONG_MAX, &chunk) ||
         as_long(args[18], "num_threads", INT_MIN, INT_MAX, &threads) ||
-        as_long(args[19], "head_map", INT_MIN, INT_MAX, &head_map) ||
-        as_long(args[20], "qk_l2norm", INT_MIN, INT_MAX, &l2))
-        return NULL;
+        choose(args[19], "head_map", head_maps, &head_map) ||
+        flag(args[20], "qk_l2norm", &l2) || flag(args[21], "z_compensated", &zc))
+        return -1;
     const double eps = PyFloat_AsDouble(args[15]), scale = PyFloat_AsDouble(args[16]);
     if (PyErr_Occurred())
-        return NULL;
+        return -1;
 
     const int step = kind == RUN_STEP || kind == RUN_DELTA_STEP;
     const int delta = kind == RUN_DELTA_FORWARD || kind == RUN_DELTA_STEP;
@@ -366,11 +499,11 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                  : gnd == 4 ? LINATTN_GATE_CHANNEL : -1;
         if (gate == -1) {
             PyErr_Format(PyExc_ValueError, "g: %d dimensions match no gate kind", gnd);
-            return NULL;
+            return -1;
         }
     } else if (gate == LINATTN_GATE_NONE && g_obj != Py_None) {
         PyErr_SetString(PyExc_ValueError, "g is given but gate is 'none'");
-        return NULL;
+        return -1;
     }
 
     const char *qk_axes = step ? "bhd" : bthd ? "bthd" : "bhtd";
@@ -379,8 +512,10 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const char *bt_axes = step ? "bh" : bthd ? "bth" : "bht";
     const char *bt_shape = step ? "[B, H]" : bthd ? "[B, T, H]" : "[B, H, T]";
 
-    view q = {0}, k = {0}, v = {0}, g = {0}, beta = {0}, o = {0}, s = {0}, z = {0};
-    PyObject *ret = NULL;
+    /* Only held is read before acquire() fills a view. */
+    view q, k, v, g, beta, o, s, z;
+    q.held = k.held = v.held = g.held = beta.held = o.held = s.held = z.held = 0;
+    int ret = -1;
     if (acquire(args[2], "q", qk_axes, qk_shape, 0, &q) ||
         acquire(args[3], "k", qk_axes, qk_shape, 0, &k) ||
         acquire(args[4], "v", qk_axes, v_shape, 0, &v) ||
@@ -428,8 +563,10 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
     }
     if (z_obj != Py_None) {
-        const int64_t want[3] = {B, H, dk};
-        if (acquire_packed(z_obj, "z", "[B, H, K]", 3, want, &z))
+        /* Compensated: per (b, h), dk sums, then dk rounding errors. */
+        const int64_t plain[3] = {B, H, dk}, compensated[4] = {B, H, 2, dk};
+        if (zc == 1 ? acquire_packed(z_obj, "z", "[B, H, 2, K]", 4, compensated, &z)
+                    : acquire_packed(z_obj, "z", "[B, H, K]", 3, plain, &z))
             goto done;
     }
 
@@ -450,6 +587,7 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     cfg.qk_heads = Hq == H ? 0 : Hq;
     cfg.head_map = (linattn_head_map)head_map;
     cfg.qk_l2norm = (int)l2;
+    cfg.z_compensated = (int)zc;
     cfg.q = strides_of(&q);
     cfg.k = strides_of(&k);
     cfg.v = strides_of(&v);
@@ -482,7 +620,7 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         raise_status(st);
         goto done;
     }
-    ret = Py_NewRef(Py_None);
+    ret = 0;
 done:
     release(&q);
     release(&k);
@@ -493,6 +631,134 @@ done:
     release(&s);
     release(&z);
     return ret;
+}
+
+/* run(kind, layout, q, ...): compute() for the Python layer; returns None. */
+static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != N_ARGS) {
+        PyErr_Format(PyExc_TypeError, "run() takes %d positional arguments", N_ARGS);
+        return NULL;
+    }
+    if (compute(args) != 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* linattn.step itself. A Python function in front of run() cost as much
+ * as a quarter of a decode step's time, so the keywords are read here:
+ * step_keywords[i] names argument i of compute(), NULL where step() has
+ * no such keyword. step_defaults holds the defaults. */
+static const char *const step_names[N_ARGS] = {
+    [A_Q] = "q", [A_K] = "k", [A_V] = "v", [A_G] = "g", [A_O] = "o", [A_S] = "s", [A_Z] = "z",
+    [A_GATE] = "gate", [A_PHI] = "phi", [A_ALGO] = "algo", [A_CAUSAL] = "causal",
+    [A_NORMALIZE] = "normalize", [A_EPS] = "eps", [A_SCALE] = "scale", [A_CHUNK] = "chunk",
+    [A_THREADS] = "num_threads", [A_HEAD_MAP] = "head_map", [A_L2] = "qk_l2norm",
+    [A_ZC] = "z_compensated",
+};
+static PyObject *step_keywords[N_ARGS], *step_defaults[N_ARGS];
+static PyObject *make_output; /* _api._out(q, v): an output of q's kind */
+
+static int step_init(void)
+{
+    for (int i = 0; i < N_ARGS; i++)
+        if (step_names[i] && !(step_keywords[i] = PyUnicode_InternFromString(step_names[i])))
+            return -1;
+    PyObject **const d = step_defaults;
+    d[A_KIND] = PyLong_FromLong(RUN_STEP);
+    d[A_LAYOUT] = Py_NewRef(layouts[LAYOUT_BHTD].str);
+    d[A_G] = Py_NewRef(Py_None);
+    d[A_BETA] = Py_NewRef(Py_None);
+    d[A_O] = Py_NewRef(Py_None);
+    d[A_Z] = Py_NewRef(Py_None);
+    d[A_GATE] = Py_NewRef(Py_None);
+    d[A_PHI] = Py_NewRef(phis[LINATTN_PHI_ELU1].str);
+    d[A_ALGO] = Py_NewRef(algos[LINATTN_ALGO_AUTO].str);
+    d[A_CAUSAL] = Py_NewRef(Py_True);
+    d[A_NORMALIZE] = Py_NewRef(Py_True);
+    d[A_EPS] = PyFloat_FromDouble(1e-6);
+    d[A_SCALE] = PyFloat_FromDouble(1.0);
+    d[A_CHUNK] = PyLong_FromLong(0);
+    d[A_THREADS] = PyLong_FromLong(0);
+    d[A_HEAD_MAP] = Py_NewRef(head_maps[LINATTN_HEADS_GROUPED].str);
+    d[A_L2] = Py_NewRef(Py_False);
+    d[A_ZC] = Py_NewRef(Py_False);
+    for (int i = 0; i < N_ARGS; i++)
+        if (i != A_Q && i != A_K && i != A_V && i != A_S && d[i] == NULL)
+            return -1;
+    return 0;
+}
+
+static PyObject *step(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    (void)self;
+    static const int positional[] = {A_Q, A_K, A_V, A_G};
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs > 4) {
+        PyErr_Format(PyExc_TypeError, "step() takes from 3 to 4 positional arguments but %zd "
+                     "were given", nargs);
+        return NULL;
+    }
+    PyObject *a[N_ARGS];
+    memcpy(a, step_defaults, sizeof a);
+    int given[N_ARGS] = {0};
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        a[positional[i]] = args[i];
+        given[positional[i]] = 1;
+    }
+    const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        int slot = -1;
+        for (int j = 0; j < N_ARGS && slot < 0; j++)
+            if (key == step_keywords[j])
+                slot = j;
+        for (int j = 0; j < N_ARGS && slot < 0; j++)
+            if (step_keywords[j] && PyUnicode_Compare(key, step_keywords[j]) == 0)
+                slot = j;
+        if (slot < 0) {
+            PyErr_Format(PyExc_TypeError, "step() got an unexpected keyword argument '%S'", key);
+            return NULL;
+        }
+        if (given[slot]) {
+            PyErr_Format(PyExc_TypeError, "step() got multiple values for argument '%S'", key);
+            return NULL;
+        }
+        a[slot] = args[nargs + i];
+        given[slot] = 1;
+    }
+    static const int required[] = {A_Q, A_K, A_V, A_S};
+    for (int i = 0; i < 4; i++) {
+        if (!given[required[i]]) {
+            PyErr_Format(PyExc_TypeError, "step() missing required argument '%s'",
+                         step_names[required[i]]);
+            return NULL;
+        }
+    }
+    PyObject *o;
+    if (a[A_O] != Py_None) {
+        o = Py_NewRef(a[A_O]);
+    } else {
+        if (make_output == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "linattn._api was not imported");
+            return NULL;
+        }
+        o = PyObject_CallFunctionObjArgs(make_output, a[A_Q], a[A_V], NULL);
+        if (o == NULL)
+            return NULL;
+        a[A_O] = o;
+    }
+    if (compute(a) != 0)
+        Py_CLEAR(o);
+    return o;
+}
+
+static PyObject *set_output_maker(PyObject *self, PyObject *fn)
+{
+    (void)self;
+    Py_XSETREF(make_output, Py_NewRef(fn));
+    Py_RETURN_NONE;
 }
 
 static PyObject *isa_name(PyObject *self, PyObject *arg)
@@ -613,8 +879,27 @@ k_fail:
     return ret;
 }
 
+PyDoc_STRVAR(step_doc,
+"step($module, q, k, v, g=None, *, s, z=None, o=None, gate=None, phi='elu1',\n"
+"     algo='auto', causal=True, normalize=True, eps=1e-06, scale=1.0, chunk=0,\n"
+"     num_threads=0, head_map='grouped', qk_l2norm=False, z_compensated=False)\n"
+"--\n"
+"\n"
+"One decode token per (batch, head) (linattn_step); returns o.\n"
+"\n"
+"q, k [B, Hk, K], v [B, H, V], any strides with a contiguous last\n"
+"dimension; g: [H] ('head'), [B, H] ('token'), [B, H, K] ('channel').\n"
+"s [B, H, K, V] (and z [B, H, K] when normalising) are updated in place.\n"
+"z_compensated=True keeps z accurate over long runs of steps: z is then\n"
+"[B, H, 2, K], the sums z[:, :, 0] and the rounding error they have not\n"
+"absorbed z[:, :, 1], both carried from step to step (the normaliser is\n"
+"their sum; zeros to start). Other keywords as for forward().");
+
 static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "Run one linattn entry point."},
+    {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL | METH_KEYWORDS, step_doc},
+    {"set_output_maker", set_output_maker, METH_O,
+     "The function step() calls as f(q, v) for an output when o is None."},
     {"step_loop", (PyCFunction)(void (*)(void))step_loop, METH_FASTCALL,
      "Time n bare linattn_step calls."},
     {"isa_name", isa_name, METH_O, "Name of an ISA number."},
@@ -636,9 +921,16 @@ PyMODINIT_FUNC PyInit__ext(void)
     if (!(s_is_cpu = PyUnicode_InternFromString("is_cpu")) ||
         !(s_dtype = PyUnicode_InternFromString("dtype")) ||
         !(s_shape = PyUnicode_InternFromString("shape")) ||
+        !(s_is_contiguous = PyUnicode_InternFromString("is_contiguous")) ||
         !(s_stride = PyUnicode_InternFromString("stride")) ||
         !(s_data_ptr = PyUnicode_InternFromString("data_ptr")) ||
         !(s_device = PyUnicode_InternFromString("device")))
+        return NULL;
+    for (size_t i = 0; i < sizeof all_choices / sizeof *all_choices; i++)
+        for (choice *p = all_choices[i]; p->name; p++)
+            if (!(p->str = PyUnicode_InternFromString(p->name)))
+                return NULL;
+    if (step_init() != 0)
         return NULL;
     return PyModule_Create(&module);
 }

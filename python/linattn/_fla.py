@@ -16,7 +16,7 @@ import numpy as np
 
 from ._api import _DELTA_FORWARD, _FORWARD, _call, as_numpy, wrap
 
-_BTHD = 1
+_BTHD = 'bthd'
 
 
 def _segments(cu_seqlens, B, T):

@@ -10,6 +10,8 @@ with qh = scale * nrm(phi(q)), kh = nrm(phi(k)), L_t = exp(g) (per head,
 token or key channel) and nrm the optional L2 normalisation.
 """
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -250,6 +252,53 @@ def test_step_sequence_matches_forward():
     s, z = np.zeros((B, H, K, V), np.float32), np.zeros((B, H, K), np.float32)
     outs = [linattn.step(q[:, :, t], k[:, :, t], v[:, :, t], s=s, z=z) for t in range(T)]
     close(np.stack(outs, 2), linattn.forward(q, k, v), tol=1e-5)
+
+
+def test_step_z_compensated_keeps_a_long_run_accurate():
+    # z starts at 2**20, where float32 values are 0.125 apart, and gains
+    # phi(k) ~ 0.37 per step: a plain float sum rounds at every step, the
+    # compensated state carries what the rounding lost to the next step.
+    T, Bz, Hz, Kz, Vz, z0 = 2000, 1, 2, 8, 4, 2.0 ** 20
+    rng = np.random.default_rng(5)
+    q = rng.uniform(-1, 1, (T, Bz, Hz, Kz)).astype(np.float32)
+    k = rng.uniform(-1.2, -0.8, (T, Bz, Hz, Kz)).astype(np.float32)
+    v = rng.uniform(-1, 1, (T, Bz, Hz, Vz)).astype(np.float32)
+    s1, s2 = np.zeros((Bz, Hz, Kz, Vz), np.float32), np.zeros((Bz, Hz, Kz, Vz), np.float32)
+    z1 = np.full((Bz, Hz, Kz), z0, np.float32)
+    z2 = np.zeros((Bz, Hz, 2, Kz), np.float32)  # sums, then their rounding errors
+    z2[:, :, 0] = z0
+    for t in range(T):
+        o1 = linattn.step(q[t], k[t], v[t], s=s1, z=z1, num_threads=1)
+        o2 = linattn.step(q[t], k[t], v[t], s=s2, z=z2, num_threads=1, z_compensated=True)
+    kh = phi_ref(k.astype(np.float64), 'elu1')
+    z_want = z0 + kh.sum(0)
+    S = np.einsum('tbhk,tbhv->bhkv', kh, v.astype(np.float64))
+    qh = phi_ref(q[-1].astype(np.float64), 'elu1')
+    o_want = np.einsum('bhk,bhkv->bhv', qh, S) / (np.einsum('bhk,bhk->bh', qh, z_want)[..., None]
+                                                  + 1e-6)
+    err_plain = np.abs(z1 - z_want).max()
+    err_comp = np.abs(z2[:, :, 0].astype(np.float64) + z2[:, :, 1] - z_want).max()
+    assert err_plain > 1.0  # the plain sum has drifted by several units ...
+    assert err_comp < 1e-3  # ... the compensated one by far less than a float step
+    assert np.abs(o2 - o_want).max() < np.abs(o1 - o_want).max() / 4
+    close(s1, s2, tol=0)  # only z is compensated
+
+    # A recurrent forward continues the compensated state; a chunked one
+    # folds the error into the sums and leaves the second half zero.
+    T2 = 40
+    qf, kf, vf = (np.ascontiguousarray(x[:T2].transpose(1, 2, 0, 3)) for x in (q, k, v))
+    z_want2 = z_want + kh[:T2].sum(0)
+    for algo, tol in (('recurrent', 1e-3), ('chunked', 1.0)):
+        s, z = s2.copy(), z2.copy()
+        linattn.forward(qf, kf, vf, s=s, z=z, z_compensated=True, algo=algo)
+        assert np.abs(z[:, :, 0].astype(np.float64) + z[:, :, 1] - z_want2).max() < tol
+        if algo == 'chunked':
+            assert (z[:, :, 1] == 0).all()
+    with pytest.raises(ValueError, match=r'expected 4 dimensions \[B, H, 2, K\]'):
+        linattn.step(q[0], k[0], v[0], s=s1, z=z1, z_compensated=True)
+    with pytest.raises(ValueError, match=r'z: expected shape \[B, H, 2, K\]'):
+        linattn.forward(qf, kf, vf, s=s1, z=np.zeros((Bz, Hz, 3, Kz), np.float32),
+                        z_compensated=True)
 
 
 # --- low-level: delta rule --------------------------------------------------
@@ -611,6 +660,58 @@ def test_torch_delta_and_low_level():
     ot = linattn.step(q[:, 0], k[:, 0], v[:, 0], s=s, z=z)
     assert isinstance(ot, torch.Tensor)
     assert float(s.abs().sum()) > 0
+
+
+def test_torch_tensors_read_in_place_match_numpy():
+    # The extension reads tensors itself: contiguous ones through their
+    # shape alone, others through their strides, subclasses (Parameter)
+    # through attribute lookups by name. Each must address what numpy does.
+    torch = _torch()
+    T = 5
+    qkv = torch.randn(B, T, 3, H, K)
+    v = torch.randn(B, T, H, V)
+    cases = {
+        'contiguous': (qkv[:, 0, 0].contiguous(), qkv[:, 0, 1].contiguous(), v[:, 0].contiguous()),
+        'strided': (qkv[:, 0, 0], qkv[:, 0, 1], v[:, 0]),
+        'size-1 batch': (qkv[:1, 0, 0], qkv[:1, 0, 1], v[:1, 0]),
+        'parameter': (torch.nn.Parameter(qkv[:, 0, 0].contiguous(), requires_grad=False),
+                      qkv[:, 0, 1], v[:, 0]),
+    }
+    s0, z0 = torch.randn(B, H, K, V), torch.rand(B, H, K)
+    for name, (q, k, vt) in cases.items():
+        n = q.shape[0]
+        s, z = s0[:n].clone(), z0[:n].clone()
+        sn, zn = s0[:n].numpy().copy(), z0[:n].numpy().copy()
+        o = linattn.step(q, k, vt, s=s, z=z)
+        on = linattn.step(q.detach().numpy(), k.numpy(), vt.numpy(), s=sn, z=zn)
+        assert isinstance(o, torch.Tensor), name
+        assert np.array_equal(o.numpy(), on) and np.array_equal(s.numpy(), sn), name
+        assert np.array_equal(z.numpy(), zn), name
+    # [B, T, H, D] views of a packed tensor, read in place by forward.
+    q, k = qkv[:, :, 0], qkv[:, :, 1]
+    o = linattn.forward(q, k, v, layout='bthd')
+    assert np.array_equal(o.numpy(), linattn.forward(q.numpy(), k.numpy(), v.numpy(),
+                                                     layout='bthd'))
+    with pytest.raises(ValueError, match='C-contiguous'):
+        linattn.step(q[:, 0], k[:, 0], v[:, 0], s=torch.zeros(B, H, V, K).transpose(2, 3),
+                     z=torch.zeros(B, H, K))
+
+
+def test_step_arguments():
+    q, v = f32(B, H, K), f32(B, H, V)
+    s, z = np.zeros((B, H, K, V), np.float32), np.zeros((B, H, K), np.float32)
+    assert linattn.step(q=q, k=q, v=v, g=None, s=s, z=z).shape == (B, H, V)
+    with pytest.raises(TypeError, match="missing required argument 's'"):
+        linattn.step(q, q, v)
+    with pytest.raises(TypeError, match='unexpected keyword'):
+        linattn.step(q, q, v, s=s, z=z, layout='bthd')
+    with pytest.raises(TypeError, match='multiple values'):
+        linattn.step(q, q, v, None, g=None, s=s, z=z)
+    with pytest.raises(TypeError, match='positional'):
+        linattn.step(q, q, v, None, s)
+    with pytest.raises(ValueError, match='expected one of'):
+        linattn.step(q, q, v, s=s, z=z, phi='gelu')
+    assert 'z_compensated' in str(inspect.signature(linattn.step))
 
 
 def test_torch_requires_grad_input_is_used_without_copy():

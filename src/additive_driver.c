@@ -277,19 +277,20 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
     return LINATTN_OK;
 }
 
-/* The value-tiled recurrent forward. With at least as many heads as
- * threads, each thread takes whole heads: per block of PRIVATE_BLOCK tokens
- * it makes their features and normaliser, then sweeps all the head's
- * columns. With fewer heads, one head at a time is shared by the whole
- * team: per block of tokens the threads make slices of the features into a
- * shared buffer (double-buffered: one barrier per block), then each thread
- * advances its own copy of the normaliser and sweeps its own value columns.
- * A column's arithmetic, and every token's features, are the same whichever
- * thread makes them, so results do not depend on the thread count. */
+/* The value-tiled recurrent forward, in units of (batch, head, value
+ * columns): with at least as many heads as threads a unit is a whole head;
+ * with fewer, each head's columns are split into as many units as it takes
+ * to give every thread one. Per block of BLOCK tokens a unit makes their
+ * features and advances its own copy of the normaliser (the unit holding
+ * column 0 stores it), then sweeps its columns. Units share nothing but
+ * the inputs, so they need no synchronisation, and since a column's
+ * arithmetic is the same whichever unit holds it, results do not depend on
+ * the split. (Sharing one head's features between threads was tried: the
+ * feature rows one core wrote and the other read per block cost more than
+ * making them twice.) */
 enum {
-    PRIVATE_BLOCK = 32,             /* tokens: features of a block stay in L1 */
-    SHARED_BLOCK_BYTES = 128 << 10, /* features of a shared block: in L2 */
-    SPLIT_COLUMNS = 16              /* a thread's columns: a multiple of this */
+    BLOCK = 32,        /* tokens: features of a block stay in L1 */
+    SPLIT_COLUMNS = 16 /* a unit's columns, when heads are split: a multiple of this */
 };
 
 /* The normaliser of head h as the kernels advance it: z, then the running
@@ -316,24 +317,21 @@ static void z_store(const la_head *h, const float *zz)
 typedef struct {
     const la_additive_ops *ops;
     const la_call *c;
-    head_ws w;        /* zero state, unit-norm copies of one head */
-    int64_t block;    /* tokens per block */
-    size_t fbytes;    /* features of one block */
-    size_t own;       /* per thread: inv (block floats) and zz (2 dk floats) */
+    head_ws w;             /* zero state, unit-norm copies */
+    int64_t block;         /* tokens per block */
+    int64_t width, pieces; /* columns per unit, units per head */
+    size_t fbytes;         /* features of one block */
+    size_t per_thread;     /* w, features, inv (block floats), zz (2 dk floats) */
     unsigned char *ws;
 } rec_job;
 
-static size_t rec_own_bytes(const la_call *c, int64_t block)
-{
-    return la_size_up64(la_size_floats(la_size_add((size_t)block, 2 * (size_t)c->dk)));
-}
-
-/* Whole heads per thread: head workspace, features, own. */
-static void rec_head(const rec_job *j, int64_t i, int tid)
+static void rec_unit(const rec_job *j, int64_t unit, int tid)
 {
     const la_call *c = j->c;
     const la_additive_ops *ops = j->ops;
-    unsigned char *mine = j->ws + (j->w.total + j->fbytes + j->own) * (size_t)tid;
+    const int64_t i = unit / j->pieces, j0 = unit % j->pieces * j->width;
+    const int64_t nj = c->dv - j0 < j->width ? c->dv - j0 : j->width;
+    unsigned char *mine = j->ws + j->per_thread * (size_t)tid;
     float *f = (float *)(mine + j->w.total), *inv = (float *)(mine + j->w.total + j->fbytes);
     float *zz = inv + j->block;
     la_head h = head_at(c, i);
@@ -345,86 +343,35 @@ static void rec_head(const rec_job *j, int64_t i, int tid)
         ops->features(&h, t0, n, f);
         if (h.z)
             ops->normaliser(&h, f, n, zz, inv);
-        ops->columns(&h, f, h.z ? inv : NULL, t0, n, 0, c->dv);
+        ops->columns(&h, f, h.z ? inv : NULL, t0, n, j0, nj);
     }
-    if (h.z)
+    if (h.z && j0 == 0)
         z_store(&h, zz);
 }
-
-#ifdef _OPENMP
-/* One head on a team of nt threads: the head workspace, two feature
- * buffers, then each thread's own. */
-static void rec_split_head(const rec_job *j, int64_t i, int nt, int64_t per)
-{
-    const la_call *c = j->c;
-    const la_additive_ops *ops = j->ops;
-    unsigned char *fb = j->ws + j->w.total, *owns = fb + 2 * j->fbytes;
-    const size_t token_floats = ops->feature_bytes(1, c->dk) / sizeof(float);
-    la_head h = head_at(c, i);
-    bind(&h, c, i, j->ws, &j->w);
-#pragma omp parallel num_threads(nt)
-    {
-        const int tid = omp_get_thread_num();
-        const int64_t j0 = per * tid < c->dv ? per * tid : c->dv;
-        const int64_t nj = c->dv - j0 < per ? c->dv - j0 : per;
-        float *inv = (float *)(owns + j->own * (size_t)tid), *zz = inv + j->block;
-        if (h.z)
-            z_load(&h, zz);
-        for (int64_t t0 = 0, b = 0; t0 < c->T; t0 += j->block, b++) {
-            const int64_t n = chunk_rows(c->T, t0, j->block);
-            float *f = (float *)(fb + j->fbytes * (size_t)(b & 1));
-            /* the barrier at its end also tells every thread is done with
-             * the other buffer, which the next block overwrites */
-#pragma omp for schedule(static)
-            for (int64_t x = 0; x < n; x++)
-                ops->features(&h, t0 + x, 1, f + (size_t)x * token_floats);
-            if (nj == 0)
-                continue;
-            if (h.z)
-                ops->normaliser(&h, f, n, zz, inv);
-            ops->columns(&h, f, h.z ? inv : NULL, t0, n, j0, nj);
-        }
-        if (h.z && tid == 0)
-            z_store(&h, zz);
-    }
-}
-#endif
 
 static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c, int wanted)
 {
     const int64_t heads = c->B * c->H;
-    rec_job j = {.ops = ops, .c = c, .w = ws_plan(c, 0, 0, 0)};
+    rec_job j = {.ops = ops, .c = c, .w = ws_plan(c, 0, 0, 0), .width = c->dv, .pieces = 1};
     j.w.total -= j.w.zc, j.w.zc = 0; /* the kernels compensate z themselves */
-    /* split one head over the team when there are fewer heads than threads
-     * and enough columns to share */
-    const int64_t per = (c->dv + wanted - 1) / wanted, split_per =
-                        (per + SPLIT_COLUMNS - 1) / SPLIT_COLUMNS * SPLIT_COLUMNS;
-    const int split = heads < wanted && split_per < c->dv;
-    const int nt = split ? (int)((c->dv + split_per - 1) / split_per) : la_team_size(wanted, heads);
-    j.block = PRIVATE_BLOCK;
-    if (split) {
-        const size_t token = ops->feature_bytes(1, c->dk);
-        j.block = (int64_t)(SHARED_BLOCK_BYTES / token) / PRIVATE_BLOCK * PRIVATE_BLOCK;
-        j.block = j.block > PRIVATE_BLOCK ? j.block : PRIVATE_BLOCK;
+    if (heads < wanted) {
+        const int64_t per_head = (wanted + heads - 1) / heads;
+        j.width = ((c->dv + per_head - 1) / per_head + SPLIT_COLUMNS - 1) / SPLIT_COLUMNS *
+                  SPLIT_COLUMNS;
+        j.width = j.width < c->dv ? j.width : c->dv;
+        j.pieces = (c->dv + j.width - 1) / j.width;
     }
-    j.block = j.block < c->T ? j.block : c->T;
+    const int64_t units = heads * j.pieces;
+    const int nt = la_team_size(wanted, units);
+    j.block = BLOCK < c->T ? BLOCK : c->T;
     j.fbytes = la_size_up64(ops->feature_bytes(j.block, c->dk));
-    j.own = rec_own_bytes(c, j.block);
-    const size_t per_thread = split ? j.own : la_size_add(la_size_add(j.w.total, j.fbytes), j.own);
-    const size_t shared = split ? la_size_add(j.w.total, la_size_mul(2, j.fbytes)) : 0;
-    const size_t bytes = la_size_add(shared, la_size_mul(per_thread, (size_t)nt));
+    const size_t own = la_size_floats(la_size_add((size_t)j.block, 2 * (size_t)c->dk));
+    j.per_thread = la_size_add(la_size_add(j.w.total, j.fbytes), own);
+    const size_t bytes = la_size_mul(j.per_thread, (size_t)nt);
     j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
     if (j.ws == NULL)
         return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
-#ifdef _OPENMP
-    if (split) {
-        for (int64_t i = 0; i < heads; i++)
-            rec_split_head(&j, i, nt, split_per);
-        free(j.ws);
-        return LINATTN_OK;
-    }
-#endif
-    LA_FOR_EACH_UNIT(nt, heads, i, tid, rec_head(&j, i, tid));
+    LA_FOR_EACH_UNIT(nt, units, unit, tid, rec_unit(&j, unit, tid));
     free(j.ws);
     return LINATTN_OK;
 }

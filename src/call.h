@@ -44,6 +44,27 @@ static inline int64_t la_qk_head(const la_call *c, int64_t h)
     return c->head_map == LINATTN_HEADS_TILED ? h % c->qk_heads : h / group;
 }
 
+/* The operands of value head i = b * H + h: q and k of the q/k head it
+ * reads, its own v and o, and g and beta where the call has them (else
+ * NULL: no offset is ever added to a null pointer). */
+typedef struct {
+    const float *q, *k, *v, *g, *beta;
+    float *o;
+} la_head_operands;
+
+static inline la_head_operands la_head_operands_at(const la_call *c, int64_t i)
+{
+    const int64_t b = i / c->H, h = i % c->H, qh = la_qk_head(c, h);
+    return (la_head_operands){
+        .q = c->q + b * c->sq.batch + qh * c->sq.head,
+        .k = c->k + b * c->sk.batch + qh * c->sk.head,
+        .v = c->v + b * c->sv.batch + h * c->sv.head,
+        .g = c->g ? c->g + b * c->sg.batch + h * c->sg.head : NULL,
+        .beta = c->beta ? c->beta + b * c->sbeta.batch + h * c->sbeta.head : NULL,
+        .o = c->o + b * c->so.batch + h * c->so.head,
+    };
+}
+
 /* check.c: OK and *c filled, or a status with linattn_last_error set. */
 linattn_status la_check(la_call *c, la_family family, int step, const linattn_config *cfg,
                         const float *q, const float *k, const float *v, const float *g,

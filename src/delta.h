@@ -67,4 +67,9 @@ typedef struct la_delta_ops {
     int (*prefer_chunked)(int64_t T, int64_t dk, int64_t dv, la_gate gate);
 } la_delta_ops;
 
+/* scalar/delta_scalar.c: the choice every table makes today, one
+ * definition for all their ops. */
+int64_t la_delta_default_chunk(int64_t dk, int64_t dv, la_gate gate);
+int la_delta_prefer_chunked(int64_t T, int64_t dk, int64_t dv, la_gate gate);
+
 #endif

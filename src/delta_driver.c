@@ -11,19 +11,21 @@
 
 static la_delta_head head_at(const la_call *c, int64_t i, int64_t chunk)
 {
-    const int64_t b = i / c->H, hd = i % c->H, qh = la_qk_head(c, hd);
-    la_delta_head h = {
+    const la_head_operands p = la_head_operands_at(c, i);
+    return (la_delta_head){
         .T = c->T,
         .dk = c->dk,
         .dv = c->dv,
-        .q = c->q + b * c->sq.batch + qh * c->sq.head,
-        .k = c->k + b * c->sk.batch + qh * c->sk.head,
-        .v = c->v + b * c->sv.batch + hd * c->sv.head,
-        .beta = c->beta + b * c->sbeta.batch + hd * c->sbeta.head,
-        .o = c->o + b * c->so.batch + hd * c->so.head,
+        .q = p.q,
+        .k = p.k,
+        .v = p.v,
+        .g = p.g,
+        .beta = p.beta,
+        .o = p.o,
         .q_ts = c->sq.token,
         .k_ts = c->sk.token,
         .v_ts = c->sv.token,
+        .g_ts = c->sg.token, /* 0 without a gate */
         .beta_ts = c->sbeta.token,
         .o_ts = c->so.token,
         .scale = c->scale,
@@ -32,11 +34,6 @@ static la_delta_head head_at(const la_call *c, int64_t i, int64_t chunk)
         .gate = c->gate,
         .chunk = chunk,
     };
-    if (c->gate != LA_GATE_NONE) {
-        h.g = c->g + b * c->sg.batch + hd * c->sg.head;
-        h.g_ts = c->sg.token;
-    }
-    return h;
 }
 
 /* A step keeps the kernel workspace on the stack when it fits: decode

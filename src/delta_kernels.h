@@ -28,6 +28,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "tile_dispatch.h"
+
 #ifndef LA_DELTA_NV
 #define LA_DELTA_NV 4 /* vectors per tile */
 #endif
@@ -191,24 +193,13 @@ static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void
             const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
             float *s = h->s + jb, *o = h->o + jb;
             const float *v = h->v + jb;
-            /* constant nv per call site: the accumulators stay in registers */
-            switch (nv) {
-            case 1: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 1, wl); break;
-            case 2: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 2, wl); break;
-            case 3: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 3, wl); break;
-#if LA_DELTA_NV > 4
-            case 4: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 4, wl); break;
-            case 5: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 5, wl); break;
-            case 6: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 6, wl); break;
-            case 7: delta_tile_tokens(h, s, v, o, f, dkp, t0, n, 7, wl); break;
-#endif
-            default: /* whole tiles with a constant width: no masked accesses */
-                if (wl == LA_VW)
-                    delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, LA_VW);
-                else
-                    delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, wl);
-                break;
-            }
+            /* whole tiles also get a constant last width: no masked accesses */
+#define DELTA_TOKENS(k) delta_tile_tokens(h, s, v, o, f, dkp, t0, n, k, wl)
+            if (nv == LA_DELTA_NV && wl == LA_VW)
+                delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, LA_VW);
+            else
+                LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_TOKENS);
+#undef DELTA_TOKENS
         }
     }
 }
@@ -320,20 +311,9 @@ static void delta_combo(float *out, const float *init, float init_scale, const f
         const int nv = (int)((w + LA_VW - 1) / LA_VW);
         const int64_t wl = w - (int64_t)(nv - 1) * LA_VW;
         const float *in = init ? init + j : NULL;
-        switch (nv) {
-        case 1: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 1, wl); break;
-        case 2: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 2, wl); break;
-        case 3: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 3, wl); break;
-#if LA_DELTA_NV > 4
-        case 4: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 4, wl); break;
-        case 5: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 5, wl); break;
-        case 6: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 6, wl); break;
-        case 7: delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, 7, wl); break;
-#endif
-        default:
-            delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, LA_DELTA_NV, wl);
-            break;
-        }
+#define DELTA_COMBO(k) delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, k, wl)
+        LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_COMBO);
+#undef DELTA_COMBO
     }
 }
 
@@ -449,32 +429,12 @@ static void delta_chunked(const la_delta_head *h, int64_t j0, int64_t nj, void *
         delta_chunk(h, t0, h->T - t0 < h->chunk ? h->T - t0 : h->chunk, j0, nj, &w);
 }
 
-/* Chunk and algorithm choice: measured on the machine named in
- * docs/kernels.md (see there); the recurrent form keeps its tile of the
- * state in L1 and needs a third of the chunked form's flops. */
-static int64_t delta_default_chunk(int64_t dk, int64_t dv, la_gate gate)
-{
-    (void)dk;
-    (void)dv;
-    (void)gate;
-    return 32;
-}
-
-static int delta_prefer_chunked(int64_t T, int64_t dk, int64_t dv, la_gate gate)
-{
-    (void)T;
-    (void)dk;
-    (void)dv;
-    (void)gate;
-    return 0;
-}
-
 const la_delta_ops LA_DELTA_OPS = {
     .tile_columns = delta_tile_columns,
     .recurrent_bytes = delta_recurrent_bytes,
     .chunked_bytes = delta_chunked_bytes,
     .recurrent = delta_recurrent,
     .chunked = delta_chunked,
-    .default_chunk = delta_default_chunk,
-    .prefer_chunked = delta_prefer_chunked,
+    .default_chunk = la_delta_default_chunk,
+    .prefer_chunked = la_delta_prefer_chunked,
 };

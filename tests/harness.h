@@ -64,4 +64,15 @@ double problem_distance(const problem *a, const problem *b);
 /* A short description of the case for messages. */
 const char *spec_name(const spec *sp);
 
+/* harness_table.c: a per-table suite's main. Sets *table to the table
+ * LINATTN_TEST_TABLE names (before the suite runs: its fixtures read it),
+ * prints "table under test: NAME" + family, runs make_suite's tests and
+ * returns main's status: 0, 1 on a failure or a name this build lacks,
+ * 2 with LINATTN_TEST_TABLE unset, 77 (skipped) when this CPU cannot run
+ * the table. */
+struct la_table;
+struct Suite;
+int table_suite_main(struct Suite *(*make_suite)(const struct la_table *t),
+                     const struct la_table **table, const char *family);
+
 #endif

@@ -1052,32 +1052,5 @@ static Suite *suite_for(const la_table *t)
 
 int main(void)
 {
-    const char *name = getenv("LINATTN_TEST_TABLE");
-    int count;
-    const la_table *const *all = la_all_tables(&count);
-    if (name == NULL) {
-        fprintf(stderr, "set LINATTN_TEST_TABLE to one of:");
-        for (int i = 0; i < count; i++)
-            fprintf(stderr, " %s", all[i]->name);
-        fprintf(stderr, "\n");
-        return 2;
-    }
-    for (int i = 0; i < count; i++)
-        if (strcmp(all[i]->name, name) == 0)
-            table = all[i];
-    if (table == NULL) {
-        fprintf(stderr, "table %s is not in this build\n", name);
-        return 1;
-    }
-    if (!la_table_runnable(table)) {
-        printf("SKIP table %s: this CPU cannot run it\n", name);
-        return 77;
-    }
-    test_seed();
-    printf("table under test: %s (delta rule)\n", table->name);
-    SRunner *sr = srunner_create(suite_for(table));
-    srunner_run_all(sr, CK_NORMAL);
-    const int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return table_suite_main(suite_for, &table, " (delta rule)");
 }

@@ -90,7 +90,11 @@ static void recurrent_scalar(const la_delta_head *h, int64_t j0, int64_t nj, voi
 
 /* ---- chunked ----------------------------------------------------------- */
 
-static int64_t default_chunk_scalar(int64_t dk, int64_t dv, la_gate gate)
+/* Every table's chunk and algorithm choice (the SIMD tables' ops point
+ * here too): measured on the machine named in docs/kernels.md (see there).
+ * The recurrent form keeps its tile of the state in L1 and needs a third of
+ * the chunked form's flops; plain C gains nothing from the extra flops. */
+int64_t la_delta_default_chunk(int64_t dk, int64_t dv, la_gate gate)
 {
     (void)dk;
     (void)dv;
@@ -98,8 +102,7 @@ static int64_t default_chunk_scalar(int64_t dk, int64_t dv, la_gate gate)
     return 32;
 }
 
-/* Plain C gains nothing from the chunked form's extra flops. */
-static int prefer_chunked_scalar(int64_t T, int64_t dk, int64_t dv, la_gate gate)
+int la_delta_prefer_chunked(int64_t T, int64_t dk, int64_t dv, la_gate gate)
 {
     (void)T;
     (void)dk;
@@ -256,6 +259,6 @@ const la_delta_ops la_delta_scalar = {
     .chunked_bytes = chunked_bytes_scalar,
     .recurrent = recurrent_scalar,
     .chunked = chunked_scalar,
-    .default_chunk = default_chunk_scalar,
-    .prefer_chunked = prefer_chunked_scalar,
+    .default_chunk = la_delta_default_chunk,
+    .prefer_chunked = la_delta_prefer_chunked,
 };

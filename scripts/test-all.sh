@@ -9,7 +9,7 @@
 #      suites under AddressSanitizer + UBSan, built at -O1; the SIMDe table
 #      only on CPUs without AVX-512 (its ASan build alone takes minutes);
 #   3. ThreadSanitizer over thread counts and concurrent calls (scripts/tsan.sh);
-#   4. the fuzzer, 20 s per table this CPU can run (scripts/fuzz.sh; pass
+#   4. the fuzzer, 30 s per table this CPU can run (scripts/fuzz.sh; pass
 #      FUZZ_SECONDS to change);
 #   5. the Python tests, when the Python package is present (scripts/test-python.sh);
 #   6. aarch64 cross build, scalar and NEON tables under QEMU (scripts/test-arm.sh).
@@ -71,7 +71,7 @@ stage "ThreadSanitizer"
 sh scripts/tsan.sh
 
 stage "fuzzing"
-sh scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+sh scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
 
 if [ -f scripts/test-python.sh ]; then
     stage "Python"

@@ -323,6 +323,9 @@ typedef struct {
     size_t fbytes;         /* features of one block */
     size_t per_thread;     /* w, features, inv (block floats), zz (2 dk floats) */
     unsigned char *ws;
+    /* with several units per head: every head's starting z and compensation
+     * (2 dk floats), taken before any unit stores its final one */
+    float *z_start;
 } rec_job;
 
 static void rec_unit(const rec_job *j, int64_t unit, int tid)
@@ -336,7 +339,9 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
     float *zz = inv + j->block;
     la_head h = head_at(c, i);
     bind(&h, c, i, mine, &j->w);
-    if (h.z)
+    if (h.z && j->z_start)
+        memcpy(zz, j->z_start + 2 * c->dk * i, 2 * (size_t)c->dk * sizeof(float));
+    else if (h.z)
         z_load(&h, zz);
     for (int64_t t0 = 0; t0 < c->T; t0 += j->block) {
         const int64_t n = chunk_rows(c->T, t0, j->block);
@@ -349,48 +354,77 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
         z_store(&h, zz);
 }
 
+/* Columns per unit: all of a head's, or with fewer heads than threads a
+ * share of them, so that every thread gets a unit. */
+static int64_t unit_width(const la_call *c, int wanted)
+{
+    const int64_t heads = c->B * c->H;
+    if (heads >= wanted)
+        return c->dv;
+    const int64_t per_head = (wanted + heads - 1) / heads;
+    const int64_t w = ((c->dv + per_head - 1) / per_head + SPLIT_COLUMNS - 1) / SPLIT_COLUMNS *
+                      SPLIT_COLUMNS;
+    return w < c->dv ? w : c->dv;
+}
+
 static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c, int wanted)
 {
     const int64_t heads = c->B * c->H;
-    rec_job j = {.ops = ops, .c = c, .w = ws_plan(c, 0, 0, 0), .width = c->dv, .pieces = 1};
+    rec_job j = {.ops = ops, .c = c, .w = ws_plan(c, 0, 0, 0), .width = unit_width(c, wanted)};
     j.w.total -= j.w.zc, j.w.zc = 0; /* the kernels compensate z themselves */
-    if (heads < wanted) {
-        const int64_t per_head = (wanted + heads - 1) / heads;
-        j.width = ((c->dv + per_head - 1) / per_head + SPLIT_COLUMNS - 1) / SPLIT_COLUMNS *
-                  SPLIT_COLUMNS;
-        j.width = j.width < c->dv ? j.width : c->dv;
-        j.pieces = (c->dv + j.width - 1) / j.width;
-    }
+    j.pieces = (c->dv + j.width - 1) / j.width;
     const int64_t units = heads * j.pieces;
     const int nt = la_team_size(wanted, units);
     j.block = BLOCK < c->T ? BLOCK : c->T;
     j.fbytes = la_size_up64(ops->feature_bytes(j.block, c->dk));
     const size_t own = la_size_floats(la_size_add((size_t)j.block, 2 * (size_t)c->dk));
     j.per_thread = la_size_add(la_size_add(j.w.total, j.fbytes), own);
-    const size_t bytes = la_size_mul(j.per_thread, (size_t)nt);
+    const int shared_z = j.pieces > 1 && c->normalize && c->s;
+    const size_t z_bytes = shared_z ? la_size_floats(la_size_mul(2 * (size_t)c->dk, (size_t)heads)) : 0;
+    const size_t bytes = la_size_add(la_size_mul(j.per_thread, (size_t)nt), z_bytes);
     j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
     if (j.ws == NULL)
         return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
+    if (shared_z) {
+        j.z_start = (float *)(j.ws + j.per_thread * (size_t)nt);
+        for (int64_t i = 0; i < heads; i++) {
+            la_head h = {.dk = c->dk, .z = c->z + i * c->dk * (1 + c->z_compensated)};
+            h.zc = c->z_compensated ? h.z + c->dk : NULL;
+            z_load(&h, j.z_start + 2 * c->dk * i);
+        }
+    }
     LA_FOR_EACH_UNIT(nt, units, unit, tid, rec_unit(&j, unit, tid));
     free(j.ws);
     return LINATTN_OK;
+}
+
+/* AUTO above a handful of tokens: the recurrent form when one head's
+ * columns are shared by the threads (it needs no synchronisation, where the
+ * chunked form folds chunk states in order), else the table's choice. */
+static int auto_recurrent(const la_additive_ops *ops, const la_call *c, int wanted)
+{
+    if (c->T <= AUTO_RECURRENT_MAX_T)
+        return 0;
+    if (c->B * c->H < wanted && unit_width(c, wanted) < c->dv)
+        return 1;
+    return !ops->prefer_chunked(c->T, c->dk, c->dv, c->gate);
 }
 
 linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
 {
     const la_additive_ops *ops = kern->additive;
     const int64_t heads = c->B * c->H;
+    const int wanted = la_threads_wanted(c->num_threads);
+    const int forward = c->causal && !c->step;
+    if (forward && (c->algo == LINATTN_ALGO_RECURRENT ||
+                    (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(ops, c, wanted))))
+        return run_recurrent(ops, c, wanted);
     head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(ops, c)};
-    j.chunked = c->causal && !c->step &&
-                (c->algo == LINATTN_ALGO_CHUNKED ||
-                 (c->algo == LINATTN_ALGO_AUTO && c->T > AUTO_RECURRENT_MAX_T));
+    /* AUTO runs a handful of tokens through the step's token loop (no
+     * workspace, and bitwise a sequence of steps) */
+    j.chunked = forward && (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);
     const size_t pack = j.chunked ? ops->pack_bytes(j.chunk, c->dk, c->dv) : 0;
     j.w = ws_plan(c, j.chunked, j.chunk, pack);
-    const int wanted = la_threads_wanted(c->num_threads);
-    /* AUTO runs a handful of tokens through the step's token loop (no
-     * workspace, and bitwise a sequence of steps); RECURRENT the tiled form */
-    if (c->causal && !c->step && c->algo == LINATTN_ALGO_RECURRENT)
-        return run_recurrent(ops, c, wanted);
     if (j.chunked && heads < wanted && c->T > j.chunk)
         return run_sequence_parallel(&j, wanted);
 

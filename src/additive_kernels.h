@@ -49,11 +49,17 @@ LA_INLINE void add_phi_row(const la_head *h, const float *x, float mult, float *
     }
 }
 
-/* Linear in n, as the driver's slicing of a block needs. */
-static size_t additive_feature_bytes(int64_t n, int64_t dk)
+/* Features of n tokens, then two panels of n rows of dvp floats: the
+ * block's v rows, copied by features, and its o rows, which columns
+ * writes before copying them out. Rows far apart ([B][T][H][D]: a token's
+ * heads side by side) fall into few cache sets; read and written in one
+ * pass per block, they do not evict the state tile during the sweeps.
+ * Contiguous rows (token stride dv) are used in place. */
+static size_t additive_feature_bytes(int64_t n, int64_t dk, int64_t dv)
 {
-    return la_size_floats(la_size_mul(la_size_mul(ADD_ROWS, la_size_of_dim(n)),
-                                      la_size_of_dim(add_round_vw(dk))));
+    const size_t row = la_size_add(la_size_mul(ADD_ROWS, la_size_of_dim(add_round_vw(dk))),
+                                   la_size_mul(2, la_size_of_dim(add_round_vw(dv))));
+    return la_size_floats(la_size_mul(la_size_of_dim(n), row));
 }
 
 /* Rows of the token n ahead (the next block's): with many heads the inputs
@@ -61,7 +67,13 @@ static size_t additive_feature_bytes(int64_t n, int64_t dk)
 LA_INLINE void add_prefetch_row(const float *p, int64_t n)
 {
     for (int64_t c = 0; c < n; c += 16)
-        __builtin_prefetch(p + c);
+        __builtin_prefetch(p + c, 0, 2);
+}
+
+LA_INLINE void add_copy_row(float *dst, const float *src, int64_t n)
+{
+    for (int64_t c = 0; c < n; c += LA_VW)
+        vf_storen(dst + c, vf_loadn(src + c, n - c), n - c);
 }
 
 /* The coefficients of the pair of tokens whose features start at f1. */
@@ -90,7 +102,7 @@ LA_INLINE void add_pair(const la_head *h, float *f1, int64_t dkp)
 
 static void additive_features(const la_head *h, int64_t t0, int64_t n, float *f)
 {
-    const int64_t dkp = add_round_vw(h->dk);
+    const int64_t dkp = add_round_vw(h->dk), dvp = add_round_vw(h->dv);
     for (int64_t i = 0; i < n; i++, f += ADD_ROWS * dkp) {
         const int64_t t = t0 + i;
         float *a = f + 2 * dkp;
@@ -113,6 +125,10 @@ static void additive_features(const la_head *h, int64_t t0, int64_t n, float *f)
         }
         if (i % 2 == 1)
             add_pair(h, f - ADD_ROWS * dkp, dkp);
+    }
+    if (h->v_ts != h->dv) { /* rows apart: into the panel (f is past the features) */
+        for (int64_t i = 0; i < n; i++)
+            add_copy_row(f + i * dvp, h->v + (t0 + i) * h->v_ts, h->dv);
     }
 }
 
@@ -142,16 +158,16 @@ static void additive_normaliser(const la_head *h, const float *f, int64_t n, flo
     }
 }
 
-/* Tokens t0..t0+n-1 on nv vectors of columns of S (the last one wl lanes
- * wide), their features in f, inv NULL when not normalising. */
-LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, float *o0,
-                               const float *f, const float *inv, int64_t t0, int64_t n, int nv,
-                               int64_t wl)
+/* The n tokens of a block on nv vectors of columns of S (the last one wl
+ * lanes wide): features in f, v and o rows in panels of dvp floats a row,
+ * inv NULL when not normalising. */
+LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, int64_t v_ts,
+                               float *o0, int64_t o_ts, const float *f, const float *inv,
+                               int64_t n, int nv, int64_t wl)
 {
     /* locals, not h->...: vector stores may alias anything, so fields read
      * through h would be reloaded after every store of the sweep */
     const int64_t dk = h->dk, dv = h->dv, dkp = add_round_vw(dk), fs = ADD_ROWS * dkp;
-    const int64_t v_ts = h->v_ts, o_ts = h->o_ts;
     const la_gate gate = h->gate;
     la_vf v1[LA_ADD_NV], v2[LA_ADD_NV], o1[LA_ADD_NV], o2[LA_ADD_NV];
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
@@ -160,14 +176,13 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, floa
 #define DECAY(av, old) (gate == LA_GATE_NONE ? (old) : vf_mul((av), (old)))
     int64_t i = 0;
     for (; i + 1 < n; i += 2) {
-        const int64_t t = t0 + i;
         const float *f1 = f + i * fs, *f2 = f1 + fs;
         const float *qa1 = f1 + 3 * dkp, *ak1 = f1 + 4 * dkp, *k1 = f1 + dkp;
         const float *q2 = f2, *k2 = f2 + dkp, *a21 = f2 + 3 * dkp;
         const la_vf dot = vf_set1(f2[4 * dkp]), at21 = vf_set1(a21[0]);
         for (int x = 0; x < nv; x++) {
-            v1[x] = LD(v0 + t * v_ts, x);
-            v2[x] = LD(v0 + (t + 1) * v_ts, x);
+            v1[x] = LD(v0 + i * v_ts, x);
+            v2[x] = LD(v0 + (i + 1) * v_ts, x);
             o1[x] = o2[x] = vf_zero();
         }
         for (int64_t c = 0; c < dk; c++) {
@@ -195,18 +210,17 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, floa
             }
         }
         const la_vf inv1 = vf_set1(inv ? inv[i] : 1.0f), inv2 = vf_set1(inv ? inv[i + 1] : 1.0f);
-        float *oa = o0 + t * o_ts, *ob = oa + o_ts;
+        float *oa = o0 + i * o_ts, *ob = oa + o_ts;
         for (int x = 0; x < nv; x++) {
             ST(oa, x, vf_mul(vf_fma(dot, v1[x], o1[x]), inv1));
             ST(ob, x, vf_mul(o2[x], inv2));
         }
     }
     if (i < n) { /* the odd token out */
-        const int64_t t = t0 + i;
         const float *q1 = f + i * fs, *k1 = q1 + dkp, *a1 = q1 + 2 * dkp;
         const la_vf at1 = vf_set1(a1[0]);
         for (int x = 0; x < nv; x++) {
-            v1[x] = LD(v0 + t * v_ts, x);
+            v1[x] = LD(v0 + i * v_ts, x);
             o1[x] = vf_zero();
         }
         for (int64_t c = 0; c < dk; c++) {
@@ -220,7 +234,7 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, floa
             }
         }
         const la_vf inv1 = vf_set1(inv ? inv[i] : 1.0f);
-        float *oa = o0 + t * o_ts;
+        float *oa = o0 + i * o_ts;
         for (int x = 0; x < nv; x++)
             ST(oa, x, vf_mul(o1[x], inv1));
     }
@@ -229,35 +243,43 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, floa
 #undef DECAY
 }
 
-static void additive_columns(const la_head *h, const float *f, const float *inv, int64_t t0,
-                             int64_t n, int64_t j0, int64_t nj)
+static void additive_columns(const la_head *h, float *f, const float *inv, int64_t t0, int64_t n,
+                             int64_t j0, int64_t nj)
 {
+    const int64_t dvp = add_round_vw(h->dv);
+    float *panel = f + n * ADD_ROWS * add_round_vw(h->dk);
+    const int direct_v = h->v_ts == h->dv, direct_o = h->o_ts == h->dv;
+    const float *vp = direct_v ? h->v + t0 * h->dv : panel;
+    float *op = direct_o ? h->o + t0 * h->dv : panel + n * dvp;
+    const int64_t vs = direct_v ? h->dv : dvp, os = direct_o ? h->dv : dvp;
     for (int64_t jb = j0; jb < j0 + nj; jb += ADD_TILE) {
         const int64_t width = j0 + nj - jb < ADD_TILE ? j0 + nj - jb : ADD_TILE;
         const int nv = (int)((width + LA_VW - 1) / LA_VW);
         const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
-        float *s = h->s + jb, *o = h->o + jb;
-        const float *v = h->v + jb;
+        float *s = h->s + jb, *o = op + jb;
+        const float *v = vp + jb;
         /* a constant nv per call site keeps the tile's v and o in registers;
          * whole tiles also get a constant last width (no masked accesses) */
         if (nv == LA_ADD_NV && wl == LA_VW) {
-            add_tile_tokens(h, s, v, o, f, inv, t0, n, LA_ADD_NV, LA_VW);
+            add_tile_tokens(h, s, v, vs, o, os, f, inv, n, LA_ADD_NV, LA_VW);
             continue;
         }
         switch (nv) {
-        case 1: add_tile_tokens(h, s, v, o, f, inv, t0, n, 1, wl); break;
+        case 1: add_tile_tokens(h, s, v, vs, o, os, f, inv, n, 1, wl); break;
 #if LA_ADD_NV > 1
-        case 2: add_tile_tokens(h, s, v, o, f, inv, t0, n, 2, wl); break;
+        case 2: add_tile_tokens(h, s, v, vs, o, os, f, inv, n, 2, wl); break;
 #endif
 #if LA_ADD_NV > 2
-        case 3: add_tile_tokens(h, s, v, o, f, inv, t0, n, 3, wl); break;
+        case 3: add_tile_tokens(h, s, v, vs, o, os, f, inv, n, 3, wl); break;
 #endif
 #if LA_ADD_NV > 3
-        case 4: add_tile_tokens(h, s, v, o, f, inv, t0, n, 4, wl); break;
+        case 4: add_tile_tokens(h, s, v, vs, o, os, f, inv, n, 4, wl); break;
 #endif
 #if LA_ADD_NV > 4
 #error "add call sites for LA_ADD_NV > 4"
 #endif
         }
     }
+    for (int64_t i = 0; i < n && !direct_o; i++)
+        add_copy_row(h->o + (t0 + i) * h->o_ts + j0, op + i * dvp + j0, nj);
 }

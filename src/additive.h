@@ -76,6 +76,10 @@ typedef struct la_head {
 typedef struct la_additive_ops {
     /* Chunk size used when the config says 0 (the table's measured best). */
     int64_t (*default_chunk)(int64_t dk, int64_t dv, la_gate gate);
+    /* AUTO's choice for a causal forward of T tokens with at least as many
+     * heads as threads: 1 for the chunked form, 0 for the value-tiled
+     * recurrent one (the table's measured crossover). */
+    int (*prefer_chunked)(int64_t T, int64_t dk, int64_t dv, la_gate gate);
     /* Bytes of one pack for chunks of up to `chunk` rows, formed with the
      * saturating arithmetic of sizes.h (SIZE_MAX: too big); the driver gives
      * chunk_pack a 64-byte aligned buffer of this size. */
@@ -94,20 +98,21 @@ typedef struct la_additive_ops {
 
     /* The value-tiled recurrent forward, in blocks of tokens
      * (additive_kernels.h):
-     *   features(h, t0, n, f): qh, kh and the decay of tokens t0..t0+n-1
-     *     into f, feature_bytes(n, dk) bytes (linear in n: the driver makes
-     *     slices of one block on different threads);
+     *   features(h, t0, n, f): qh, kh, the decay and the v rows of tokens
+     *     t0..t0+n-1 into f, feature_bytes(n, dk, dv) bytes;
      *   normaliser(h, f, n, zz, inv): advances zz (dk floats of z, then dk
      *     of the rounding error its sum has not absorbed) over the n tokens
      *     of f and writes inv[i] = 1 / (qh_i . z_i + eps);
      *   columns(h, f, inv, t0, n, j0, nj): the n tokens on value columns
-     *     [j0, j0 + nj) of h->s and h->o (inv NULL when not normalising).
-     * Value columns are independent, so threads may share one head's
-     * features and each take their own columns. */
-    size_t (*feature_bytes)(int64_t n, int64_t dk);
+     *     [j0, j0 + nj) of h->s and h->o (inv NULL when not normalising),
+     *     f as features made it for the same t0 and n (columns uses the
+     *     rest of f for its o rows).
+     * Value columns are independent: units of one head on different
+     * threads each make the features and take their own columns. */
+    size_t (*feature_bytes)(int64_t n, int64_t dk, int64_t dv);
     void (*features)(const la_head *h, int64_t t0, int64_t n, float *f);
     void (*normaliser)(const la_head *h, const float *f, int64_t n, float *zz, float *inv);
-    void (*columns)(const la_head *h, const float *f, const float *inv, int64_t t0, int64_t n,
+    void (*columns)(const la_head *h, float *f, const float *inv, int64_t t0, int64_t n,
                     int64_t j0, int64_t nj);
     /* One token of the causal recurrence, any gate: decay, update and read
      * out h->s (and h->z) in a single pass, writing o (dv floats). g is the

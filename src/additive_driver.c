@@ -277,20 +277,25 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
     return LINATTN_OK;
 }
 
-/* The value-tiled recurrent forward, in units of (batch, head, value
- * columns): with at least as many heads as threads a unit is a whole head;
- * with fewer, each head's columns are split into as many units as it takes
- * to give every thread one. Per block of BLOCK tokens a unit makes their
- * features and advances its own copy of the normaliser (the unit holding
- * column 0 stores it), then sweeps its columns. Units share nothing but
- * the inputs, so they need no synchronisation, and since a column's
- * arithmetic is the same whichever unit holds it, results do not depend on
- * the split. (Sharing one head's features between threads was tried: the
- * feature rows one core wrote and the other read per block cost more than
- * making them twice.) */
+/* The value-tiled recurrent forward, in units of (batch, heads, value
+ * columns). With at least as many heads as threads a unit is a group of
+ * whole heads run in lockstep: per block of BLOCK tokens, each head of the
+ * group makes the block's features, advances its own copy of the
+ * normaliser and sweeps its columns, then the next head. The group's
+ * states stay in L2 and its inputs are read a block of every head at a
+ * time, so [B][T][H][D] strides (each token's heads side by side) stream
+ * as well as [B][H][T][D] ones. With fewer heads than threads each head's
+ * columns are split so that every thread gets a unit; each unit makes the
+ * features itself and keeps its own normaliser (the unit holding column 0
+ * stores it). Units share nothing but the inputs, so they need no
+ * synchronisation, and since a column's arithmetic is the same whichever
+ * unit holds it, results do not depend on the split. (Sharing one head's
+ * features between threads was tried: the feature rows one core wrote and
+ * the other read per block cost more than making them twice.) */
 enum {
-    BLOCK = 32,        /* tokens: features of a block stay in L1 */
-    SPLIT_COLUMNS = 16 /* a unit's columns, when heads are split: a multiple of this */
+    BLOCK = 32,                /* tokens: features of a block stay in L1 */
+    SPLIT_COLUMNS = 16,        /* a unit's columns, when heads are split: a multiple of this */
+    GROUP_STATE_BYTES = 512 << 10 /* states of one group of heads: within L2 */
 };
 
 /* The normaliser of head h as the kernels advance it: z, then the running
@@ -317,80 +322,141 @@ static void z_store(const la_head *h, const float *zz)
 typedef struct {
     const la_additive_ops *ops;
     const la_call *c;
-    head_ws w;             /* zero state, unit-norm copies */
+    head_ws w;             /* per head: zero state, unit-norm copies */
     int64_t block;         /* tokens per block */
+    int64_t group;         /* heads per unit */
     int64_t width, pieces; /* columns per unit, units per head */
     size_t fbytes;         /* features of one block */
-    size_t per_thread;     /* w, features, inv (block floats), zz (2 dk floats) */
+    size_t zbytes;         /* per head: zz (2 dk floats) */
+    size_t per_thread;     /* group x (w, zz, la_head), features, inv (block floats) */
     unsigned char *ws;
+    /* with several units per head: every head's starting z and compensation
+     * (2 dk floats), taken before any unit stores its final one */
+    float *z_start;
 } rec_job;
 
 static void rec_unit(const rec_job *j, int64_t unit, int tid)
 {
     const la_call *c = j->c;
     const la_additive_ops *ops = j->ops;
-    const int64_t i = unit / j->pieces, j0 = unit % j->pieces * j->width;
+    const int64_t heads = c->B * c->H, i0 = unit / j->pieces * j->group;
+    const int64_t ng = heads - i0 < j->group ? heads - i0 : j->group;
+    const int64_t j0 = unit % j->pieces * j->width;
     const int64_t nj = c->dv - j0 < j->width ? c->dv - j0 : j->width;
+    const size_t per_head = j->w.total + j->zbytes + la_size_up64(sizeof(la_head));
     unsigned char *mine = j->ws + j->per_thread * (size_t)tid;
-    float *f = (float *)(mine + j->w.total), *inv = (float *)(mine + j->w.total + j->fbytes);
-    float *zz = inv + j->block;
-    la_head h = head_at(c, i);
-    bind(&h, c, i, mine, &j->w);
-    if (h.z)
-        z_load(&h, zz);
+    float *f = (float *)(mine + per_head * (size_t)j->group);
+    float *inv = (float *)((unsigned char *)f + j->fbytes);
+#define HEAD(g) ((la_head *)(mine + per_head * (size_t)(g) + j->w.total + j->zbytes))
+#define ZZ(g) ((float *)(mine + per_head * (size_t)(g) + j->w.total))
+    for (int64_t g = 0; g < ng; g++) {
+        la_head *h = HEAD(g);
+        *h = head_at(c, i0 + g);
+        bind(h, c, i0 + g, mine + per_head * (size_t)g, &j->w);
+        if (h->z && j->z_start)
+            memcpy(ZZ(g), j->z_start + 2 * c->dk * (i0 + g), 2 * (size_t)c->dk * sizeof(float));
+        else if (h->z)
+            z_load(h, ZZ(g));
+    }
     for (int64_t t0 = 0; t0 < c->T; t0 += j->block) {
         const int64_t n = chunk_rows(c->T, t0, j->block);
-        ops->features(&h, t0, n, f);
-        if (h.z)
-            ops->normaliser(&h, f, n, zz, inv);
-        ops->columns(&h, f, h.z ? inv : NULL, t0, n, j0, nj);
+        for (int64_t g = 0; g < ng; g++) {
+            const la_head *h = HEAD(g);
+            ops->features(h, t0, n, f);
+            if (h->z)
+                ops->normaliser(h, f, n, ZZ(g), inv);
+            ops->columns(h, f, h->z ? inv : NULL, t0, n, j0, nj);
+        }
     }
-    if (h.z && j0 == 0)
-        z_store(&h, zz);
+    for (int64_t g = 0; g < ng && j0 == 0; g++)
+        if (HEAD(g)->z)
+            z_store(HEAD(g), ZZ(g));
+#undef HEAD
+#undef ZZ
+}
+
+/* Columns per unit: all of a head's, or with fewer heads than threads a
+ * share of them, so that every thread gets a unit. */
+static int64_t unit_width(const la_call *c, int wanted)
+{
+    const int64_t heads = c->B * c->H;
+    if (heads >= wanted)
+        return c->dv;
+    const int64_t per_head = (wanted + heads - 1) / heads;
+    const int64_t w = ((c->dv + per_head - 1) / per_head + SPLIT_COLUMNS - 1) / SPLIT_COLUMNS *
+                      SPLIT_COLUMNS;
+    return w < c->dv ? w : c->dv;
 }
 
 static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c, int wanted)
 {
     const int64_t heads = c->B * c->H;
-    rec_job j = {.ops = ops, .c = c, .w = ws_plan(c, 0, 0, 0), .width = c->dv, .pieces = 1};
+    rec_job j = {.ops = ops, .c = c, .w = ws_plan(c, 0, 0, 0), .width = unit_width(c, wanted),
+                 .group = 1};
     j.w.total -= j.w.zc, j.w.zc = 0; /* the kernels compensate z themselves */
-    if (heads < wanted) {
-        const int64_t per_head = (wanted + heads - 1) / heads;
-        j.width = ((c->dv + per_head - 1) / per_head + SPLIT_COLUMNS - 1) / SPLIT_COLUMNS *
-                  SPLIT_COLUMNS;
-        j.width = j.width < c->dv ? j.width : c->dv;
-        j.pieces = (c->dv + j.width - 1) / j.width;
+    j.pieces = (c->dv + j.width - 1) / j.width;
+    /* groups of whole heads, as many per thread as fit GROUP_STATE_BYTES;
+     * not with unit-norm copies (2 T dk floats per head) */
+    if (j.pieces == 1 && !c->qk_l2norm) {
+        const int64_t per_thread = (heads + wanted - 1) / wanted;
+        const int64_t fit = (int64_t)(GROUP_STATE_BYTES / la_size_floats(c->head_state_elems));
+        j.group = per_thread < fit ? per_thread : fit > 1 ? fit : 1;
     }
-    const int64_t units = heads * j.pieces;
+    const int64_t units = (heads + j.group - 1) / j.group * j.pieces;
     const int nt = la_team_size(wanted, units);
     j.block = BLOCK < c->T ? BLOCK : c->T;
-    j.fbytes = la_size_up64(ops->feature_bytes(j.block, c->dk));
-    const size_t own = la_size_floats(la_size_add((size_t)j.block, 2 * (size_t)c->dk));
-    j.per_thread = la_size_add(la_size_add(j.w.total, j.fbytes), own);
-    const size_t bytes = la_size_mul(j.per_thread, (size_t)nt);
+    j.fbytes = la_size_up64(ops->feature_bytes(j.block, c->dk, c->dv));
+    j.zbytes = la_size_floats(2 * (size_t)c->dk);
+    const size_t per_head = la_size_add(la_size_add(j.w.total, j.zbytes),
+                                        la_size_up64(sizeof(la_head)));
+    j.per_thread = la_size_add(la_size_add(la_size_mul(per_head, (size_t)j.group), j.fbytes),
+                               la_size_floats((size_t)j.block));
+    const int shared_z = j.pieces > 1 && c->normalize && c->s;
+    const size_t z_bytes = shared_z ? la_size_floats(la_size_mul(2 * (size_t)c->dk, (size_t)heads)) : 0;
+    const size_t bytes = la_size_add(la_size_mul(j.per_thread, (size_t)nt), z_bytes);
     j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
     if (j.ws == NULL)
         return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
+    if (shared_z) {
+        j.z_start = (float *)(j.ws + j.per_thread * (size_t)nt);
+        for (int64_t i = 0; i < heads; i++) {
+            la_head h = {.dk = c->dk, .z = c->z + i * c->dk * (1 + c->z_compensated)};
+            h.zc = c->z_compensated ? h.z + c->dk : NULL;
+            z_load(&h, j.z_start + 2 * c->dk * i);
+        }
+    }
     LA_FOR_EACH_UNIT(nt, units, unit, tid, rec_unit(&j, unit, tid));
     free(j.ws);
     return LINATTN_OK;
+}
+
+/* AUTO above a handful of tokens: the recurrent form when one head's
+ * columns are shared by the threads (it needs no synchronisation, where the
+ * chunked form folds chunk states in order), else the table's choice. */
+static int auto_recurrent(const la_additive_ops *ops, const la_call *c, int wanted)
+{
+    if (c->T <= AUTO_RECURRENT_MAX_T)
+        return 0;
+    if (c->B * c->H < wanted && unit_width(c, wanted) < c->dv)
+        return 1;
+    return !ops->prefer_chunked(c->T, c->dk, c->dv, c->gate);
 }
 
 linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
 {
     const la_additive_ops *ops = kern->additive;
     const int64_t heads = c->B * c->H;
+    const int wanted = la_threads_wanted(c->num_threads);
+    const int forward = c->causal && !c->step;
+    if (forward && (c->algo == LINATTN_ALGO_RECURRENT ||
+                    (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(ops, c, wanted))))
+        return run_recurrent(ops, c, wanted);
     head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(ops, c)};
-    j.chunked = c->causal && !c->step &&
-                (c->algo == LINATTN_ALGO_CHUNKED ||
-                 (c->algo == LINATTN_ALGO_AUTO && c->T > AUTO_RECURRENT_MAX_T));
+    /* AUTO runs a handful of tokens through the step's token loop (no
+     * workspace, and bitwise a sequence of steps) */
+    j.chunked = forward && (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);
     const size_t pack = j.chunked ? ops->pack_bytes(j.chunk, c->dk, c->dv) : 0;
     j.w = ws_plan(c, j.chunked, j.chunk, pack);
-    const int wanted = la_threads_wanted(c->num_threads);
-    /* AUTO runs a handful of tokens through the step's token loop (no
-     * workspace, and bitwise a sequence of steps); RECURRENT the tiled form */
-    if (c->causal && !c->step && c->algo == LINATTN_ALGO_RECURRENT)
-        return run_recurrent(ops, c, wanted);
     if (j.chunked && heads < wanted && c->T > j.chunk)
         return run_sequence_parallel(&j, wanted);
 

@@ -8,14 +8,16 @@
  * Value columns of S are independent: per token, column j needs only
  * column j of S and v, and the per-token qh, kh, decay and normaliser
  * 1 / (qh . z + eps), which are made once per block of tokens for all the
- * register tiles (and all the threads) of a head. A register tile of S is
- * swept once per pair of tokens: row c is decayed, updated (+ kh_c v) and
- * read out (o += qh_c S_c) for the first token, then again for the second
- * while it is still in registers, and stored once. Loads and stores of the
- * state per token are halved against a sweep per token (which is bound by
- * the stores), with the very same roundings: the intermediate row is the
- * value a per-token sweep would have stored. LA_ADD_NV is chosen so that
- * the v and o vectors of both tokens fit in the register file. */
+ * register tiles of a head. A register tile of S is swept once per pair of
+ * tokens (1, 2), loaded and stored once for both (a sweep per token is
+ * bound by the stores). Per row c, with the pair's coefficients made once
+ * per block for all tiles:
+ *   S_c <- a21_c S_c + (a2 kh1)_c v1 + kh2_c v2        a21 = a2 a1
+ *   o1  += (a1 qh1)_c S_c (the old row),  o2 += qh2_c S_c (the new row)
+ * and at the end o1 += (qh1 . kh1) v1, which is o1 = qh1^T (a1 S + kh1 v1^T)
+ * regrouped: 5 vector operations per element and pair with a gate (4
+ * without), where decaying and reading out each token costs 6. LA_ADD_NV is
+ * chosen so that the v and o vectors of both tokens fit in the registers. */
 
 #ifndef LA_ADD_NV
 #error "define LA_ADD_NV (and include an ISA vocabulary) before additive_kernels.h"
@@ -26,7 +28,10 @@
 
 enum {
     ADD_TILE = LA_ADD_NV * LA_VW, /* columns per register tile */
-    ADD_ROWS = 3                  /* per token: qh, kh, a (dkp floats each) */
+    /* per token, dkp floats each: qh, kh, a, then two rows of the pair
+     * coefficients (in the first token of a pair: a1 qh1, a2 kh1; in the
+     * second: a21 (one float unless CHANNEL), then qh1 . kh1) */
+    ADD_ROWS = 5
 };
 
 static int64_t add_round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
@@ -44,11 +49,17 @@ LA_INLINE void add_phi_row(const la_head *h, const float *x, float mult, float *
     }
 }
 
-/* Linear in n, as the driver's slicing of a block needs. */
-static size_t additive_feature_bytes(int64_t n, int64_t dk)
+/* Features of n tokens, then two panels of n rows of dvp floats: the
+ * block's v rows, copied by features, and its o rows, which columns
+ * writes before copying them out. Rows far apart ([B][T][H][D]: a token's
+ * heads side by side) fall into few cache sets; read and written in one
+ * pass per block, they do not evict the state tile during the sweeps.
+ * Contiguous rows (token stride dv) are used in place. */
+static size_t additive_feature_bytes(int64_t n, int64_t dk, int64_t dv)
 {
-    return la_size_floats(la_size_mul(la_size_mul(ADD_ROWS, la_size_of_dim(n)),
-                                      la_size_of_dim(add_round_vw(dk))));
+    const size_t row = la_size_add(la_size_mul(ADD_ROWS, la_size_of_dim(add_round_vw(dk))),
+                                   la_size_mul(2, la_size_of_dim(add_round_vw(dv))));
+    return la_size_floats(la_size_mul(la_size_of_dim(n), row));
 }
 
 /* Rows of the token n ahead (the next block's): with many heads the inputs
@@ -56,12 +67,42 @@ static size_t additive_feature_bytes(int64_t n, int64_t dk)
 LA_INLINE void add_prefetch_row(const float *p, int64_t n)
 {
     for (int64_t c = 0; c < n; c += 16)
-        __builtin_prefetch(p + c);
+        __builtin_prefetch(p + c, 0, 2);
+}
+
+LA_INLINE void add_copy_row(float *dst, const float *src, int64_t n)
+{
+    for (int64_t c = 0; c < n; c += LA_VW)
+        vf_storen(dst + c, vf_loadn(src + c, n - c), n - c);
+}
+
+/* The coefficients of the pair of tokens whose features start at f1. */
+LA_INLINE void add_pair(const la_head *h, float *f1, int64_t dkp)
+{
+    const float *q1 = f1, *k1 = f1 + dkp, *a1 = f1 + 2 * dkp;
+    float *f2 = f1 + ADD_ROWS * dkp, *qa1 = f1 + 3 * dkp, *ak1 = f1 + 4 * dkp;
+    const float *a2 = f2 + 2 * dkp;
+    float *a21 = f2 + 3 * dkp;
+    const int channel = h->gate == LA_GATE_CHANNEL;
+    const la_vf at1 = vf_set1(a1[0]), at2 = vf_set1(a2[0]);
+    la_vf dot = vf_zero();
+    for (int64_t c = 0; c < dkp; c += LA_VW) {
+        const la_vf qv = vf_load(q1 + c), kv = vf_load(k1 + c);
+        const la_vf av1 = channel ? vf_load(a1 + c) : at1, av2 = channel ? vf_load(a2 + c) : at2;
+        vf_store(qa1 + c, vf_mul(av1, qv));
+        vf_store(ak1 + c, vf_mul(av2, kv));
+        if (channel)
+            vf_store(a21 + c, vf_mul(av2, av1));
+        dot = vf_fma(qv, kv, dot);
+    }
+    f2[4 * dkp] = vf_hsum(dot);
+    if (!channel)
+        a21[0] = a2[0] * a1[0];
 }
 
 static void additive_features(const la_head *h, int64_t t0, int64_t n, float *f)
 {
-    const int64_t dkp = add_round_vw(h->dk);
+    const int64_t dkp = add_round_vw(h->dk), dvp = add_round_vw(h->dv);
     for (int64_t i = 0; i < n; i++, f += ADD_ROWS * dkp) {
         const int64_t t = t0 + i;
         float *a = f + 2 * dkp;
@@ -82,6 +123,12 @@ static void additive_features(const la_head *h, int64_t t0, int64_t n, float *f)
             const float g = h->gate == LA_GATE_TOKEN ? h->g[t * h->g_ts] : 0.0f;
             a[0] = g < LA_EXP_ZERO_BELOW ? 0.0f : h->gate == LA_GATE_TOKEN ? expf(g) : 1.0f;
         }
+        if (i % 2 == 1)
+            add_pair(h, f - ADD_ROWS * dkp, dkp);
+    }
+    if (h->v_ts != h->dv) { /* rows apart: into the panel (f is past the features) */
+        for (int64_t i = 0; i < n; i++)
+            add_copy_row(f + i * dvp, h->v + (t0 + i) * h->v_ts, h->dv);
     }
 }
 
@@ -111,16 +158,16 @@ static void additive_normaliser(const la_head *h, const float *f, int64_t n, flo
     }
 }
 
-/* Tokens t0..t0+n-1 on nv vectors of columns of S (the last one wl lanes
- * wide), their features in f, inv NULL when not normalising. */
-LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, float *o0,
-                               const float *f, const float *inv, int64_t t0, int64_t n, int nv,
-                               int64_t wl)
+/* The n tokens of a block on nv vectors of columns of S (the last one wl
+ * lanes wide): features in f, v and o rows in panels of dvp floats a row,
+ * inv NULL when not normalising. */
+LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, int64_t v_ts,
+                               float *o0, int64_t o_ts, const float *f, const float *inv,
+                               int64_t n, int nv, int64_t wl)
 {
     /* locals, not h->...: vector stores may alias anything, so fields read
      * through h would be reloaded after every store of the sweep */
     const int64_t dk = h->dk, dv = h->dv, dkp = add_round_vw(dk), fs = ADD_ROWS * dkp;
-    const int64_t v_ts = h->v_ts, o_ts = h->o_ts;
     const la_gate gate = h->gate;
     la_vf v1[LA_ADD_NV], v2[LA_ADD_NV], o1[LA_ADD_NV], o2[LA_ADD_NV];
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
@@ -129,42 +176,51 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, floa
 #define DECAY(av, old) (gate == LA_GATE_NONE ? (old) : vf_mul((av), (old)))
     int64_t i = 0;
     for (; i + 1 < n; i += 2) {
-        const int64_t t = t0 + i;
-        const float *q1 = f + i * fs, *k1 = q1 + dkp, *a1 = q1 + 2 * dkp;
-        const float *q2 = q1 + fs, *k2 = q2 + dkp, *a2 = q2 + 2 * dkp;
-        const la_vf at1 = vf_set1(a1[0]), at2 = vf_set1(a2[0]);
+        const float *f1 = f + i * fs, *f2 = f1 + fs;
+        const float *qa1 = f1 + 3 * dkp, *ak1 = f1 + 4 * dkp, *k1 = f1 + dkp;
+        const float *q2 = f2, *k2 = f2 + dkp, *a21 = f2 + 3 * dkp;
+        const la_vf dot = vf_set1(f2[4 * dkp]), at21 = vf_set1(a21[0]);
         for (int x = 0; x < nv; x++) {
-            v1[x] = LD(v0 + t * v_ts, x);
-            v2[x] = LD(v0 + (t + 1) * v_ts, x);
+            v1[x] = LD(v0 + i * v_ts, x);
+            v2[x] = LD(v0 + (i + 1) * v_ts, x);
             o1[x] = o2[x] = vf_zero();
         }
         for (int64_t c = 0; c < dk; c++) {
-            const la_vf kv1 = vf_set1(k1[c]), qv1 = vf_set1(q1[c]);
-            const la_vf kv2 = vf_set1(k2[c]), qv2 = vf_set1(q2[c]);
-            const la_vf av1 = gate == LA_GATE_CHANNEL ? vf_set1(a1[c]) : at1;
-            const la_vf av2 = gate == LA_GATE_CHANNEL ? vf_set1(a2[c]) : at2;
+            const la_vf kv2 = vf_set1(k2[c]), qv2 = vf_set1(q2[c]), qa = vf_set1(qa1[c]);
             float *sr = s + c * dv;
-            for (int x = 0; x < nv; x++) {
-                const la_vf y1 = vf_fma(kv1, v1[x], DECAY(av1, LD(sr, x)));
-                o1[x] = vf_fma(y1, qv1, o1[x]);
-                const la_vf y2 = vf_fma(kv2, v2[x], DECAY(av2, y1));
-                o2[x] = vf_fma(y2, qv2, o2[x]);
-                ST(sr, x, y2);
+            if (gate == LA_GATE_NONE) { /* qa1 = qh1, ak1 = kh1 */
+                const la_vf kv1 = vf_set1(k1[c]);
+                for (int x = 0; x < nv; x++) {
+                    const la_vf old = LD(sr, x);
+                    const la_vf y = vf_fma(kv2, v2[x], vf_fma(kv1, v1[x], old));
+                    o1[x] = vf_fma(qa, old, o1[x]);
+                    o2[x] = vf_fma(qv2, y, o2[x]);
+                    ST(sr, x, y);
+                }
+            } else {
+                const la_vf ak = vf_set1(ak1[c]);
+                const la_vf av = gate == LA_GATE_CHANNEL ? vf_set1(a21[c]) : at21;
+                for (int x = 0; x < nv; x++) {
+                    const la_vf old = LD(sr, x);
+                    const la_vf y = vf_fma(av, old, vf_fma(ak, v1[x], vf_mul(kv2, v2[x])));
+                    o1[x] = vf_fma(qa, old, o1[x]);
+                    o2[x] = vf_fma(qv2, y, o2[x]);
+                    ST(sr, x, y);
+                }
             }
         }
         const la_vf inv1 = vf_set1(inv ? inv[i] : 1.0f), inv2 = vf_set1(inv ? inv[i + 1] : 1.0f);
-        float *oa = o0 + t * o_ts, *ob = oa + o_ts;
+        float *oa = o0 + i * o_ts, *ob = oa + o_ts;
         for (int x = 0; x < nv; x++) {
-            ST(oa, x, vf_mul(o1[x], inv1));
+            ST(oa, x, vf_mul(vf_fma(dot, v1[x], o1[x]), inv1));
             ST(ob, x, vf_mul(o2[x], inv2));
         }
     }
     if (i < n) { /* the odd token out */
-        const int64_t t = t0 + i;
         const float *q1 = f + i * fs, *k1 = q1 + dkp, *a1 = q1 + 2 * dkp;
         const la_vf at1 = vf_set1(a1[0]);
         for (int x = 0; x < nv; x++) {
-            v1[x] = LD(v0 + t * v_ts, x);
+            v1[x] = LD(v0 + i * v_ts, x);
             o1[x] = vf_zero();
         }
         for (int64_t c = 0; c < dk; c++) {
@@ -178,7 +234,7 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, floa
             }
         }
         const la_vf inv1 = vf_set1(inv ? inv[i] : 1.0f);
-        float *oa = o0 + t * o_ts;
+        float *oa = o0 + i * o_ts;
         for (int x = 0; x < nv; x++)
             ST(oa, x, vf_mul(o1[x], inv1));
     }
@@ -187,35 +243,43 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, floa
 #undef DECAY
 }
 
-static void additive_columns(const la_head *h, const float *f, const float *inv, int64_t t0,
-                             int64_t n, int64_t j0, int64_t nj)
+static void additive_columns(const la_head *h, float *f, const float *inv, int64_t t0, int64_t n,
+                             int64_t j0, int64_t nj)
 {
+    const int64_t dvp = add_round_vw(h->dv);
+    float *panel = f + n * ADD_ROWS * add_round_vw(h->dk);
+    const int direct_v = h->v_ts == h->dv, direct_o = h->o_ts == h->dv;
+    const float *vp = direct_v ? h->v + t0 * h->dv : panel;
+    float *op = direct_o ? h->o + t0 * h->dv : panel + n * dvp;
+    const int64_t vs = direct_v ? h->dv : dvp, os = direct_o ? h->dv : dvp;
     for (int64_t jb = j0; jb < j0 + nj; jb += ADD_TILE) {
         const int64_t width = j0 + nj - jb < ADD_TILE ? j0 + nj - jb : ADD_TILE;
         const int nv = (int)((width + LA_VW - 1) / LA_VW);
         const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
-        float *s = h->s + jb, *o = h->o + jb;
-        const float *v = h->v + jb;
+        float *s = h->s + jb, *o = op + jb;
+        const float *v = vp + jb;
         /* a constant nv per call site keeps the tile's v and o in registers;
          * whole tiles also get a constant last width (no masked accesses) */
         if (nv == LA_ADD_NV && wl == LA_VW) {
-            add_tile_tokens(h, s, v, o, f, inv, t0, n, LA_ADD_NV, LA_VW);
+            add_tile_tokens(h, s, v, vs, o, os, f, inv, n, LA_ADD_NV, LA_VW);
             continue;
         }
         switch (nv) {
-        case 1: add_tile_tokens(h, s, v, o, f, inv, t0, n, 1, wl); break;
+        case 1: add_tile_tokens(h, s, v, vs, o, os, f, inv, n, 1, wl); break;
 #if LA_ADD_NV > 1
-        case 2: add_tile_tokens(h, s, v, o, f, inv, t0, n, 2, wl); break;
+        case 2: add_tile_tokens(h, s, v, vs, o, os, f, inv, n, 2, wl); break;
 #endif
 #if LA_ADD_NV > 2
-        case 3: add_tile_tokens(h, s, v, o, f, inv, t0, n, 3, wl); break;
+        case 3: add_tile_tokens(h, s, v, vs, o, os, f, inv, n, 3, wl); break;
 #endif
 #if LA_ADD_NV > 3
-        case 4: add_tile_tokens(h, s, v, o, f, inv, t0, n, 4, wl); break;
+        case 4: add_tile_tokens(h, s, v, vs, o, os, f, inv, n, 4, wl); break;
 #endif
 #if LA_ADD_NV > 4
 #error "add call sites for LA_ADD_NV > 4"
 #endif
         }
     }
+    for (int64_t i = 0; i < n && !direct_o; i++)
+        add_copy_row(h->o + (t0 + i) * h->o_ts + j0, op + i * dvp + j0, nj);
 }

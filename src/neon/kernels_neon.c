@@ -152,6 +152,15 @@ static int64_t default_chunk_neon(int64_t dk, int64_t dv, la_gate gate)
     return gate == LA_GATE_CHANNEL ? 32 : 64;
 }
 
+static int prefer_chunked_neon(int64_t T, int64_t dk, int64_t dv, la_gate gate)
+{
+    (void)T;
+    (void)dk;
+    (void)dv;
+    (void)gate;
+    return 1; /* not yet measured on hardware: the chunked form */
+}
+
 /* A^T into p->at: at[j][i] = sum_c qh_ic kh_jc e^(b_ic - b_jc) for j <= i,
  * 0 otherwise, in tiles of 4 keys x 8 queries. NONE/TOKEN: one product, then
  * the mask and e^(b_i - b_j). CHANNEL: keys of earlier blocks against the
@@ -564,6 +573,7 @@ static void forward_noncausal_neon(const la_head *h)
 
 static const la_additive_ops additive_neon = {
     .default_chunk = default_chunk_neon,
+    .prefer_chunked = prefer_chunked_neon,
     .pack_bytes = pack_bytes_neon,
     .chunk_pack = chunk_pack_neon,
     .chunk_output = chunk_output_neon,

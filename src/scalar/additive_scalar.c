@@ -57,6 +57,15 @@ static int64_t default_chunk_scalar(int64_t dk, int64_t dv, la_gate gate)
     return gate == LA_GATE_CHANNEL ? 16 : 32;
 }
 
+static int prefer_chunked_scalar(int64_t T, int64_t dk, int64_t dv, la_gate gate)
+{
+    (void)T;
+    (void)dk;
+    (void)dv;
+    (void)gate;
+    return 1; /* plain loops: the chunked form does fewer passes over memory */
+}
+
 static void chunk_pack_scalar(const la_head *h, int64_t t0, int64_t n, void *pack)
 {
     const int64_t dk = h->dk;
@@ -258,6 +267,7 @@ static void forward_noncausal_scalar(const la_head *h)
 
 const la_additive_ops la_additive_scalar = {
     .default_chunk = default_chunk_scalar,
+    .prefer_chunked = prefer_chunked_scalar,
     .pack_bytes = pack_bytes_scalar,
     .chunk_pack = chunk_pack_scalar,
     .chunk_output = chunk_output_scalar,

@@ -35,29 +35,26 @@ static int64_t chunk_rows(int64_t T, int64_t t0, int64_t chunk)
 /* The head problem of value head i = b * H + h. */
 static la_head head_at(const la_call *c, int64_t i)
 {
-    const int64_t b = i / c->H, hd = i % c->H, qh = la_qk_head(c, hd);
-    la_head h = {
+    const la_head_operands p = la_head_operands_at(c, i);
+    return (la_head){
         .T = c->T,
         .dk = c->dk,
         .dv = c->dv,
-        .q = c->q + b * c->sq.batch + qh * c->sq.head,
-        .k = c->k + b * c->sk.batch + qh * c->sk.head,
-        .v = c->v + b * c->sv.batch + hd * c->sv.head,
-        .o = c->o + b * c->so.batch + hd * c->so.head,
+        .q = p.q,
+        .k = p.k,
+        .v = p.v,
+        .g = p.g,
+        .o = p.o,
         .q_ts = c->sq.token,
         .k_ts = c->sk.token,
         .v_ts = c->sv.token,
+        .g_ts = c->sg.token, /* 0 without a gate */
         .o_ts = c->so.token,
         .scale = c->scale,
         .eps = c->eps,
         .phi = c->phi,
         .gate = c->gate,
     };
-    if (c->gate != LA_GATE_NONE) {
-        h.g = c->g + b * c->sg.batch + hd * c->sg.head;
-        h.g_ts = c->sg.token;
-    }
-    return h;
 }
 
 /* Workspace of one head, carved from one per-thread block:

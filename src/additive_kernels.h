@@ -26,6 +26,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "tile_dispatch.h"
+
 enum {
     ADD_TILE = LA_ADD_NV * LA_VW, /* columns per register tile */
     /* per token, dkp floats each: qh, kh, a, then two rows of the pair
@@ -264,21 +266,9 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
             add_tile_tokens(h, s, v, vs, o, os, f, inv, n, LA_ADD_NV, LA_VW);
             continue;
         }
-        switch (nv) {
-        case 1: add_tile_tokens(h, s, v, vs, o, os, f, inv, n, 1, wl); break;
-#if LA_ADD_NV > 1
-        case 2: add_tile_tokens(h, s, v, vs, o, os, f, inv, n, 2, wl); break;
-#endif
-#if LA_ADD_NV > 2
-        case 3: add_tile_tokens(h, s, v, vs, o, os, f, inv, n, 3, wl); break;
-#endif
-#if LA_ADD_NV > 3
-        case 4: add_tile_tokens(h, s, v, vs, o, os, f, inv, n, 4, wl); break;
-#endif
-#if LA_ADD_NV > 4
-#error "add call sites for LA_ADD_NV > 4"
-#endif
-        }
+#define ADD_TOKENS(k) add_tile_tokens(h, s, v, vs, o, os, f, inv, n, k, wl)
+        LA_TILE_SWITCH(nv, LA_ADD_NV, ADD_TOKENS);
+#undef ADD_TOKENS
     }
     for (int64_t i = 0; i < n && !direct_o; i++)
         add_copy_row(h->o + (t0 + i) * h->o_ts + j0, op + i * dvp + j0, nj);

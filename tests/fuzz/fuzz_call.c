@@ -791,7 +791,8 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out
         z0 = (const float *)allocs[c->host[BZ]].before + c->offset[BZ] + (b * H + h) * dk;
 
     const ref_cfg rc = {delta, f->causal != 0 || c->kind == KIND_STEP, !delta && f->normalize == 1,
-                        f->phi, c->used[BG], c->qk_l2norm == 1, T, dk, dv, f->scale, f->eps};
+                        f->phi, c->used[BG], f->gate == LINATTN_GATE_CHANNEL,
+                        c->qk_l2norm == 1, T, dk, dv, f->scale, f->eps};
     const ref_in in = {q, k, v, c->used[BG] ? g : NULL, beta, s0, z0};
     ref_num *ro = malloc(sizeof(ref_num) * (size_t)(T * dv)), *rd = malloc(sizeof(ref_num) * (size_t)T);
     ref_num *rs = malloc(sizeof(ref_num) * (size_t)(dk * dv)), *rz = malloc(sizeof(ref_num) * (size_t)dk);

@@ -212,4 +212,10 @@ void ref_head(const ref_cfg *c, const ref_in *in, ref_out *out)
      * this much of an undecayed output or normaliser. */
     out->flush_o = FLUSH * (mq * ms * n + mq * mk * mv * n * n + mk * mv * n + mk * ms * n);
     out->flush_den = FLUSH * (mq * mz * n + mq * mk * n * n);
+    /* With flush-to-zero any product below FLT_MIN (a decayed key, a scaled
+     * query) may be 0 before it meets the values or the state. */
+    if (c->ftz) {
+        out->flush_o += (double)FLT_MIN * (mq * mv * n * n + mv * n + ms * n + mq * ms * n);
+        out->flush_den += (double)FLT_MIN * (mq * n * n + mz * n + n);
+    }
 }

@@ -9,9 +9,9 @@ dir=${1:-build-arm}
 cross=cross/aarch64-linux-gnu.ini
 
 if [ -f "$dir/build.ninja" ]; then
-    meson setup --reconfigure "$dir" --cross-file "$cross" >/dev/null
+    meson setup --reconfigure "$dir" --cross-file "$cross" -Dtests=true >/dev/null
 else
-    meson setup "$dir" --cross-file "$cross" >/dev/null
+    meson setup "$dir" --cross-file "$cross" -Dtests=true >/dev/null
 fi
 ninja -C "$dir"
 

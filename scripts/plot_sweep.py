@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Plot a linattn-bench --sweep CSV: tokens/s against T, log-log, one line
-per (kernel, isa, dk).
+per (kernel, isa, dk). The title names the machine (MACHINE, else the CPU
+model of /proc/cpuinfo), today's date, the shape and the threads.
 
-usage: plot_sweep.py SWEEP.csv OUT.png
+usage: plot_sweep.py SWEEP.csv OUT.png [MACHINE]
 """
 import csv
+import datetime
 import sys
 from collections import defaultdict
 
@@ -18,16 +20,31 @@ matplotlib.use("Agg")  # files only: no display on build machines
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
 
 
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
 def main(argv):
-    if len(argv) != 3:
+    if len(argv) not in (3, 4):
         sys.stderr.write(__doc__)
         return 2
     src, out = argv[1], argv[2]
+    machine = argv[3] if len(argv) == 4 else cpu_model()
     lines = defaultdict(list)
+    shapes, threads = set(), set()
     with open(src, newline="") as f:
         for row in csv.DictReader(f):
             key = (row["kernel"], row["isa"], int(row["dk"]), row.get("gate", "none"))
             lines[key].append((int(row["T"]), float(row["tokens_per_s"])))
+            shapes.add((row["B"], row["H"]))
+            threads.add(row["threads"])
     if not lines:
         sys.stderr.write(f"plot_sweep.py: no rows in {src}\n")
         return 1
@@ -50,7 +67,10 @@ def main(argv):
     ax.set_yscale("log")
     ax.set_xlabel("sequence length T")
     ax.set_ylabel("tokens/s (B*H*T per second)")
-    ax.set_title("linattn-bench sweep")
+    shape = ", ".join(f"B={b} H={h}" for b, h in sorted(shapes))
+    nthreads = "/".join(sorted(threads, key=int))
+    ax.set_title(f"linattn-bench sweep: {machine}, {datetime.date.today()}\n"
+                 f"{shape}, dk = dv, {nthreads} thread(s)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()

@@ -262,7 +262,7 @@ static void forward_noncausal_scalar(const la_head *h)
 }
 
 /* The value-tiled recurrent forward: the generic kernel over one lane. */
-#define LA_ADD_NV 1
+#define LA_ADD_NV 2
 #include "../additive_kernels.h"
 
 const la_additive_ops la_additive_scalar = {

@@ -23,7 +23,13 @@ LA_INLINE void vf_storen(float *p, la_vf x, int64_t n)
     if (n >= 1)
         *p = x;
 }
+/* One rounding where the target has an FMA instruction (aarch64); on the
+ * x86-64 baseline fmaf is a library call per element, so two roundings. */
+#ifdef FP_FAST_FMAF
 LA_INLINE la_vf vf_fma(la_vf a, la_vf b, la_vf c) { return fmaf(a, b, c); }
+#else
+LA_INLINE la_vf vf_fma(la_vf a, la_vf b, la_vf c) { return a * b + c; }
+#endif
 LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return a * b; }
 LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return a - b; }
 LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return a + b; }

@@ -280,8 +280,8 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
  * group makes the block's features, advances its own copy of the
  * normaliser and sweeps its columns, then the next head. The group's
  * states stay in L2 and its inputs are read a block of every head at a
- * time, so [B][T][H][D] strides (each token's heads side by side) stream
- * as well as [B][H][T][D] ones. With fewer heads than threads each head's
+ * time, so with [B][T][H][D] strides (each token's heads side by side) the
+ * group reads whole runs of memory. With fewer heads than threads each head's
  * columns are split so that every thread gets a unit; each unit makes the
  * features itself and keeps its own normaliser (the unit holding column 0
  * stores it). Units share nothing but the inputs, so they need no
@@ -290,7 +290,7 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
  * features between threads was tried: the feature rows one core wrote and
  * the other read per block cost more than making them twice.) */
 enum {
-    BLOCK = 32,                /* tokens: features of a block stay in L1 */
+    BLOCK = 32,                /* tokens whose features are made at once */
     SPLIT_COLUMNS = 16,        /* a unit's columns, when heads are split: a multiple of this */
     GROUP_STATE_BYTES = 512 << 10 /* states of one group of heads: within L2 */
 };

@@ -64,8 +64,9 @@ static size_t additive_feature_bytes(int64_t n, int64_t dk, int64_t dv)
     return la_size_floats(la_size_mul(la_size_of_dim(n), row));
 }
 
-/* Rows of the token n ahead (the next block's): with many heads the inputs
- * stream from memory, and the loads of a block would otherwise wait on it. */
+/* Rows of the token four blocks ahead, into L2: with many heads the inputs
+ * stream from memory, and the loads of a block would otherwise wait on it
+ * (into L1, rows far apart would evict one another before their use). */
 LA_INLINE void add_prefetch_row(const float *p, int64_t n)
 {
     for (int64_t c = 0; c < n; c += 16)
@@ -161,8 +162,8 @@ static void additive_normaliser(const la_head *h, const float *f, int64_t n, flo
 }
 
 /* The n tokens of a block on nv vectors of columns of S (the last one wl
- * lanes wide): features in f, v and o rows in panels of dvp floats a row,
- * inv NULL when not normalising. */
+ * lanes wide): features in f, v and o rows v_ts and o_ts floats apart (in
+ * place or in the panels), inv NULL when not normalising. */
 LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, int64_t v_ts,
                                float *o0, int64_t o_ts, const float *f, const float *inv,
                                int64_t n, int nv, int64_t wl)

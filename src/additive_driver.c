@@ -427,16 +427,11 @@ static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c
     return LINATTN_OK;
 }
 
-/* AUTO above a handful of tokens: the recurrent form when one head's
- * columns are shared by the threads (it needs no synchronisation, where the
- * chunked form folds chunk states in order), else the table's choice. */
-static int auto_recurrent(const la_additive_ops *ops, const la_call *c, int wanted)
+/* AUTO above a handful of tokens: the table's measured choice for the
+ * shape. Never the thread count: results must not depend on it. */
+static int auto_recurrent(const la_additive_ops *ops, const la_call *c)
 {
-    if (c->T <= AUTO_RECURRENT_MAX_T)
-        return 0;
-    if (c->B * c->H < wanted && unit_width(c, wanted) < c->dv)
-        return 1;
-    return !ops->prefer_chunked(c->T, c->dk, c->dv, c->gate);
+    return c->T > AUTO_RECURRENT_MAX_T && !ops->prefer_chunked(c->T, c->dk, c->dv, c->gate);
 }
 
 linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
@@ -446,7 +441,7 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
     const int wanted = la_threads_wanted(c->num_threads);
     const int forward = c->causal && !c->step;
     if (forward && (c->algo == LINATTN_ALGO_RECURRENT ||
-                    (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(ops, c, wanted))))
+                    (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(ops, c))))
         return run_recurrent(ops, c, wanted);
     head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(ops, c)};
     /* AUTO runs a handful of tokens through the step's token loop (no

@@ -184,6 +184,9 @@ static void thread_counts(void)
         {1, 1, 1024, 16, 16, LINATTN_GATE_NONE, LINATTN_ALGO_CHUNKED, 32, 0},
         {1, 1, 1024, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_CHUNKED, 64, 0},
         {1, 1, 700, 8, 16, LINATTN_GATE_CHANNEL, LINATTN_ALGO_CHUNKED, 0, 0},
+        /* recurrent with one head: its value columns split over the threads */
+        {1, 1, 300, 16, 48, LINATTN_GATE_TOKEN, LINATTN_ALGO_RECURRENT, 0, 0},
+        {1, 1, 300, 8, 40, LINATTN_GATE_NONE, LINATTN_ALGO_AUTO, 0, 0},
         /* the delta rule */
         {2, 3, 64, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_AUTO, 0, 1},
         {1, 1, 512, 16, 16, LINATTN_GATE_CHANNEL, LINATTN_ALGO_CHUNKED, 0, 1},

@@ -173,6 +173,7 @@ static void bench_overhead(const bench_options *op, linattn_isa isa)
         r.kernel = "overhead";
         r.threads = 1;
         r.chunk = -1;
+        r.layout = NULL; /* a one-token call: no layout to speak of */
         r.what = "tiny_forward";
         r.ns_per_call = tiny;
         bench_json(&r);

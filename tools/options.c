@@ -121,9 +121,10 @@ static void usage(void)
           "                           write pass over a buffer the size of the step state\n"
           "                           on one core; pct_bound = 100 * frac_bound\n"
           "  us/token (us_per_token)  step: microseconds per call\n"
-          "JSON only: family, phi, normalize, qk_l2norm, qk_heads, chunk, seconds (per\n"
-          "call; quadratic: per head), baseline, max_abs_diff_chunked, and for --decode\n"
-          "mode, tokens, us_p50, us_p99, us_max; overhead rows: case, ns_per_call.\n"
+          "JSON only: family, phi, normalize, qk_l2norm, qk_heads, layout (forwards),\n"
+          "chunk, seconds (per call; quadratic: per head), baseline,\n"
+          "max_abs_diff_chunked, and for --decode mode, tokens, us_p50, us_p99, us_max;\n"
+          "overhead rows: case, ns_per_call.\n"
           "\n"
           "Exit status: 0 ok, 1 a run-time failure, 2 a bad command line or an ISA that\n"
           "cannot run here.\n",

@@ -212,10 +212,12 @@ void ref_head(const ref_cfg *c, const ref_in *in, ref_out *out)
      * this much of an undecayed output or normaliser. */
     out->flush_o = FLUSH * (mq * ms * n + mq * mk * mv * n * n + mk * mv * n + mk * ms * n);
     out->flush_den = FLUSH * (mq * mz * n + mq * mk * n * n);
-    /* With flush-to-zero any product below FLT_MIN (a decayed key, a scaled
-     * query) may be 0 before it meets the values or the state. */
-    if (c->ftz) {
-        out->flush_o += (double)FLT_MIN * (mq * mv * n * n + mv * n + ms * n + mq * ms * n);
-        out->flush_den += (double)FLT_MIN * (mq * n * n + mz * n + n);
-    }
+    /* A product of small factors (a decayed key, a scaled query, q . k),
+     * formed in whatever order a kernel chooses, keeps only an absolute
+     * precision of FLT_TRUE_MIN once it is subnormal or underflows (FLT_MIN
+     * under flush-to-zero), and then meets the values or the state, which
+     * may be near 1e38. */
+    const double tiny = c->ftz ? (double)FLT_MIN : (double)FLT_TRUE_MIN;
+    out->flush_o += tiny * (mq * mv * n * n + mv * n + ms * n + mq * ms * n);
+    out->flush_den += tiny * (mq * n * n + mz * n + n);
 }

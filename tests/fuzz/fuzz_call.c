@@ -891,11 +891,13 @@ static int run(const uint8_t *data, size_t size)
     int64_t total = 0;
     int fits = 1;
     wide work = 0;
+    /* a layout of many elements over little memory (strides 0) would take
+     * the marking loops below minutes, bad layout or not */
+    for (int b = 0; b < NBUF; b++)
+        if (c.used[b] && count_of(&c.lay[b]) > WORK)
+            fits = 0;
     if (!c.layout_bad) {
         work = smul(smul(f->batch, f->heads), smul(c.T, smul(f->dk, f->dv) + f->dk + f->dv));
-        for (int b = 0; b < NBUF; b++)
-            if (c.used[b] && count_of(&c.lay[b]) > WORK)
-                fits = 0;
         if (work > WORK)
             fits = 0;
         /* the chunked forms' intra-chunk work grows with the chunk (a chunk

@@ -104,13 +104,19 @@ static void l2norm_rows(const float *x, int64_t ts, int64_t T, int64_t dk, linat
     }
 }
 
+/* The caller's normaliser of head i ([dk], or [2][dk] with z_compensated). */
+static float *caller_z(const la_call *c, int64_t i)
+{
+    return c->z ? c->z + i * c->dk * (1 + c->z_compensated) : NULL;
+}
+
 /* Binds head i's state (the user's, or a zeroed one) and its workspace. */
 static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, const head_ws *w)
 {
     const size_t elems = c->head_state_elems;
     if (c->s) {
         h->s = c->s + (size_t)i * (size_t)(c->dk * c->dv);
-        h->z = c->z ? c->z + i * c->dk * (1 + c->z_compensated) : NULL;
+        h->z = caller_z(c, i);
     } else {
         memset(ws, 0, elems * sizeof(float));
         h->s = (float *)ws;
@@ -417,7 +423,7 @@ static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c
     if (shared_z) {
         j.z_start = (float *)(j.ws + j.per_thread * (size_t)nt);
         for (int64_t i = 0; i < heads; i++) {
-            la_head h = {.dk = c->dk, .z = c->z + i * c->dk * (1 + c->z_compensated)};
+            la_head h = {.dk = c->dk, .z = caller_z(c, i)};
             h.zc = c->z_compensated ? h.z + c->dk : NULL;
             z_load(&h, j.z_start + 2 * c->dk * i);
         }

@@ -31,8 +31,9 @@
 enum {
     ADD_TILE = LA_ADD_NV * LA_VW, /* columns per register tile */
     /* per token, dkp floats each: qh, kh, a, then two rows of the pair
-     * coefficients (in the first token of a pair: a1 qh1, a2 kh1; in the
-     * second: a21 (one float unless CHANNEL), then qh1 . kh1) */
+     * coefficients (in the first token of a pair: a1 qh1, a2 kh1, made only
+     * with a gate; in the second: a21 (one float unless CHANNEL), then
+     * qh1 . kh1) */
     ADD_ROWS = 5
 };
 
@@ -92,8 +93,10 @@ LA_INLINE void add_pair(const la_head *h, float *f1, int64_t dkp)
     for (int64_t c = 0; c < dkp; c += LA_VW) {
         const la_vf qv = vf_load(q1 + c), kv = vf_load(k1 + c);
         const la_vf av1 = channel ? vf_load(a1 + c) : at1, av2 = channel ? vf_load(a2 + c) : at2;
-        vf_store(qa1 + c, vf_mul(av1, qv));
-        vf_store(ak1 + c, vf_mul(av2, kv));
+        if (h->gate != LA_GATE_NONE) { /* without a gate they are qh1 and kh1 */
+            vf_store(qa1 + c, vf_mul(av1, qv));
+            vf_store(ak1 + c, vf_mul(av2, kv));
+        }
         if (channel)
             vf_store(a21 + c, vf_mul(av2, av1));
         dot = vf_fma(qv, kv, dot);
@@ -180,7 +183,8 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, int6
     int64_t i = 0;
     for (; i + 1 < n; i += 2) {
         const float *f1 = f + i * fs, *f2 = f1 + fs;
-        const float *qa1 = f1 + 3 * dkp, *ak1 = f1 + 4 * dkp, *k1 = f1 + dkp;
+        const float *k1 = f1 + dkp, *ak1 = f1 + 4 * dkp;
+        const float *qa1 = gate == LA_GATE_NONE ? f1 : f1 + 3 * dkp; /* a1 qh1 */
         const float *q2 = f2, *k2 = f2 + dkp, *a21 = f2 + 3 * dkp;
         const la_vf dot = vf_set1(f2[4 * dkp]), at21 = vf_set1(a21[0]);
         for (int x = 0; x < nv; x++) {
@@ -191,7 +195,7 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, int6
         for (int64_t c = 0; c < dk; c++) {
             const la_vf kv2 = vf_set1(k2[c]), qv2 = vf_set1(q2[c]), qa = vf_set1(qa1[c]);
             float *sr = s + c * dv;
-            if (gate == LA_GATE_NONE) { /* qa1 = qh1, ak1 = kh1 */
+            if (gate == LA_GATE_NONE) { /* a1 = a2 = 1 */
                 const la_vf kv1 = vf_set1(k1[c]);
                 for (int x = 0; x < nv; x++) {
                     const la_vf old = LD(sr, x);

@@ -174,13 +174,14 @@ static int64_t default_chunk_avx512(int64_t dk, int64_t dv, la_gate gate)
 static int prefer_chunked_avx512(int64_t T, int64_t dk, int64_t dv, la_gate gate)
 {
     (void)T;
+    (void)dk;
     (void)dv;
-    /* Measured on Zen 4 (B=1, H=8, T=4096, dk = dv, 1 thread): the
-     * recurrent form is 5-33% faster at dk = 64 with every gate and phi,
-     * and without a gate at 128; the chunked one 10-20% faster at 128 with
-     * a gate (the decay costs the recurrent form one multiply per state
-     * element and token). */
-    return dk > 64 && gate != LA_GATE_NONE;
+    (void)gate;
+    /* Measured on Zen 4 (B=1, H=8, dk = dv, 1 thread, T = 2048..4096, and
+     * 64..256 at dk = 128): the recurrent form is faster at dk = 64, 128
+     * and 256 with every gate, by 3-30% (least with a token gate at 128,
+     * where the decay costs it one multiply per state element and token). */
+    return 0;
 }
 
 /* Lane indices of the butterfly stage exchanging blocks of s = 8, 4, 2, 1

@@ -32,6 +32,10 @@
  *                                      z likewise; one rounding per element
  *                                      (fmaf or a vector FMA).
  *
+ * Only chunk_pack reads q and k (and applies phi); the other three read its
+ * pack. With qk_l2norm the driver gives chunk_pack alone a view of the
+ * chunk's tokens whose q and k are unit-norm rows (t0 = 0, T = n).
+ *
  * Splitting the state update into chunk_state + state_combine lets the
  * driver run chunk_state of all chunks in parallel and still give results
  * bitwise equal to the sequential loop. Decay factors are always formed as
@@ -52,7 +56,9 @@
 #include "sizes.h"
 
 /* One (batch, head) problem. Pointers are already offset to (b, h); token t
- * of q is q + t * q_ts (feature dim contiguous), likewise k, v, o. For
+ * of q is q + t * q_ts (feature dim contiguous), likewise k, v, o, for
+ * t < T: the driver may give an op a view of some of a head's tokens, so
+ * no op reads (or prefetches) a row at T or beyond. For
  * LA_GATE_TOKEN the gate of token t is g[t * g_ts] (g_ts may be 0); for
  * LA_GATE_CHANNEL it is the dk floats at g + t * g_ts. */
 typedef struct la_head {
@@ -108,7 +114,9 @@ typedef struct la_additive_ops {
      *     f as features made it for the same t0 and n (columns uses the
      *     rest of f for its o rows).
      * Value columns are independent: units of one head on different
-     * threads each make the features and take their own columns. */
+     * threads each make the features and take their own columns. With
+     * qk_l2norm the driver gives all three, per block, a view of the
+     * block's tokens (t0 = 0, T = n) whose q and k are unit-norm rows. */
     size_t (*feature_bytes)(int64_t n, int64_t dk, int64_t dv);
     void (*features)(const la_head *h, int64_t t0, int64_t n, float *f);
     void (*normaliser)(const la_head *h, const float *f, int64_t n, float *zz, float *inv);

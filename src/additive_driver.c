@@ -58,50 +58,90 @@ static la_head head_at(const la_call *c, int64_t i)
 }
 
 /* Workspace of one head, carved from one per-thread block:
- *   zero state (no user state) | z compensation (recurrent) |
- *   unit-norm q, k copies (qk_l2norm) | u, uz + pack (chunked) */
+ *   zero state (no user state) | z compensation (token loop) |
+ *   unit-norm q, k rows (qk_l2norm) | u, uz + pack (chunked)
+ * With qk_l2norm the rows are normalised just before an op reads them: a
+ * token at a time in the token loop, a chunk at a time in the chunked form;
+ * only the non-causal op, which takes the whole head, needs all T rows. */
 typedef struct {
     size_t zero, zc, norm, chunk_state, pack, total;
 } head_ws;
 
+static size_t zero_state_bytes(const la_call *c)
+{
+    return c->s ? 0 : la_size_floats(c->head_state_elems);
+}
+
+/* Unit-norm q and k rows of n tokens: 2 n dk floats (none without qk_l2norm). */
+static size_t norm_bytes(const la_call *c, int64_t n)
+{
+    return c->qk_l2norm ? la_size_floats(la_size_mul(2 * (size_t)c->dk, la_size_of_dim(n))) : 0;
+}
+
 static head_ws ws_plan(const la_call *c, int chunked, int64_t chunk, size_t pack_bytes)
 {
     head_ws w = {0};
-    const size_t dk = (size_t)c->dk, T = (size_t)c->T;
     const size_t state = la_size_floats(c->head_state_elems);
-    w.zero = c->s ? 0 : state;
-    /* the recurrent forward compensates z within the call even when the
-     * caller keeps no compensation */
+    const size_t dk = (size_t)c->dk;
+    w.zero = zero_state_bytes(c);
+    /* the token loop compensates z within the call even when the caller
+     * keeps no compensation */
     w.zc = !chunked && c->normalize && !c->z_compensated && c->T > 1 ? la_size_floats(dk) : 0;
-    w.norm = c->qk_l2norm ? la_size_floats(la_size_mul(2 * dk, T)) : 0;
+    w.norm = norm_bytes(c, !c->causal ? c->T : chunked ? chunk : 1);
     w.chunk_state = chunked ? state : 0;
     w.pack = chunked ? la_size_up64(pack_bytes) : 0;
-    (void)chunk;
     w.total = la_size_add(la_size_add(la_size_add(w.zero, w.zc), la_size_add(w.norm, w.chunk_state)),
                           w.pack);
     return w;
 }
 
-/* phi, then unit L2 norm, of T rows of x into out (contiguous [T][dk]);
- * the kernels then apply the identity feature map and the scale. */
-static void l2norm_rows(const float *x, int64_t ts, int64_t T, int64_t dk, linattn_phi phi,
-                        float *out)
+/* phi, then unit L2 norm, of the dk floats at x into out; the kernels then
+ * apply the identity feature map and the scale. */
+static void l2norm_row(const float *x, int64_t dk, linattn_phi phi, float *out)
 {
-    for (int64_t t = 0; t < T; t++) {
-        const float *r = x + t * ts;
-        float *w = out + t * dk;
-        double ss = 0.0;
-        for (int64_t i = 0; i < dk; i++) {
-            const float y = phi == LINATTN_PHI_ELU1   ? (r[i] > 0.0f ? r[i] + 1.0f : expf(r[i]))
-                            : phi == LINATTN_PHI_RELU ? (r[i] > 0.0f || isnan(r[i]) ? r[i] : 0.0f)
-                                                      : r[i];
-            w[i] = y;
-            ss += (double)y * y;
-        }
-        const float inv = (float)(1.0 / sqrt(ss + 1e-6));
-        for (int64_t i = 0; i < dk; i++)
-            w[i] *= inv;
+    double ss = 0.0;
+    for (int64_t i = 0; i < dk; i++) {
+        const float y = phi == LINATTN_PHI_ELU1   ? (x[i] > 0.0f ? x[i] + 1.0f : expf(x[i]))
+                        : phi == LINATTN_PHI_RELU ? (x[i] > 0.0f || isnan(x[i]) ? x[i] : 0.0f)
+                                                  : x[i];
+        out[i] = y;
+        ss += (double)y * y;
     }
+    const float inv = (float)(1.0 / sqrt(ss + 1e-6));
+    for (int64_t i = 0; i < dk; i++)
+        out[i] *= inv;
+}
+
+/* Tokens t0..t0+n-1 of h as a head of n tokens whose q and k rows are
+ * l2norm_row of h's, in buf (2 n dk floats, q rows then k rows). Every
+ * operand is advanced to token t0 (g only where there is one: no offset on
+ * a null pointer), so no pointer leaves its array. The view hides the later
+ * tokens from the ops' own prefetches: the inputs of token t + ahead go
+ * into L2 as token t is normalised (ahead 0: none). */
+static la_head head_normalised(const la_head *h, int64_t t0, int64_t n, int64_t ahead, float *buf)
+{
+    la_head x = *h;
+    x.T = n;
+    x.q = buf, x.k = buf + n * h->dk, x.q_ts = x.k_ts = h->dk;
+    x.phi = LINATTN_PHI_IDENTITY;
+    x.v = h->v + t0 * h->v_ts, x.o = h->o + t0 * h->o_ts;
+    x.g = h->g ? h->g + t0 * h->g_ts : NULL;
+    for (int64_t t = t0; t < t0 + n; t++) {
+        if (ahead > 0 && t + ahead < h->T) {
+            const int64_t a = t + ahead;
+            for (int64_t c = 0; c < h->dk; c += 16) {
+                __builtin_prefetch(h->q + a * h->q_ts + c, 0, 2);
+                __builtin_prefetch(h->k + a * h->k_ts + c, 0, 2);
+                if (h->gate == LA_GATE_CHANNEL)
+                    __builtin_prefetch(h->g + a * h->g_ts + c, 0, 2);
+            }
+            for (int64_t c = 0; c < h->dv; c += 16)
+                __builtin_prefetch(h->v + a * h->v_ts + c, 0, 2);
+        }
+        l2norm_row(h->q + t * h->q_ts, h->dk, h->phi, buf + (t - t0) * h->dk);
+        l2norm_row(h->k + t * h->k_ts, h->dk, h->phi, buf + (n + t - t0) * h->dk);
+    }
+    return x;
 }
 
 /* The caller's normaliser of head i ([dk], or [2][dk] with z_compensated). */
@@ -110,7 +150,7 @@ static float *caller_z(const la_call *c, int64_t i)
     return c->z ? c->z + i * c->dk * (1 + c->z_compensated) : NULL;
 }
 
-/* Binds head i's state (the user's, or a zeroed one) and its workspace. */
+/* Binds head i's state (the user's, or a zeroed one) and its z compensation. */
 static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, const head_ws *w)
 {
     const size_t elems = c->head_state_elems;
@@ -129,13 +169,6 @@ static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, con
         memset(ws + w->zero, 0, (size_t)c->dk * sizeof(float));
         h->zc = h->z ? (float *)(ws + w->zero) : NULL;
     }
-    if (w->norm) {
-        float *nq = (float *)(ws + w->zero + w->zc), *nk = nq + c->T * c->dk;
-        l2norm_rows(h->q, h->q_ts, h->T, h->dk, h->phi, nq);
-        l2norm_rows(h->k, h->k_ts, h->T, h->dk, h->phi, nk);
-        h->q = nq, h->k = nk, h->q_ts = h->k_ts = h->dk;
-        h->phi = LINATTN_PHI_IDENTITY;
-    }
 }
 
 /* The chunk ops keep no compensation: fold the caller's into z first (the
@@ -151,20 +184,47 @@ static void fold_compensation(la_head *h)
     h->zc = NULL;
 }
 
-/* The token loop of the recurrent forward and of a step. */
-static void run_tokens(const la_additive_ops *ops, const la_head *h)
+/* The token loop of steps and short AUTO calls. With qk_l2norm each token's
+ * q and k rows are normalised into norm (2 dk floats) first. */
+static void run_tokens(const la_additive_ops *ops, const la_head *h, float *norm)
 {
-    for (int64_t t = 0; t < h->T; t++)
-        ops->token(h, h->q + t * h->q_ts, h->k + t * h->k_ts, h->v + t * h->v_ts,
+    la_head unit = *h; /* token reads only the rows it is given */
+    if (norm)
+        unit.phi = LINATTN_PHI_IDENTITY;
+    for (int64_t t = 0; t < h->T; t++) {
+        const float *q = h->q + t * h->q_ts, *k = h->k + t * h->k_ts;
+        if (norm) {
+            l2norm_row(q, h->dk, h->phi, norm);
+            l2norm_row(k, h->dk, h->phi, norm + h->dk);
+            q = norm, k = norm + h->dk;
+        }
+        ops->token(&unit, q, k, h->v + t * h->v_ts,
                    h->gate == LA_GATE_NONE ? NULL : h->g + t * h->g_ts, h->o + t * h->o_ts);
+    }
 }
 
-static void run_chunks(const la_additive_ops *ops, const la_head *h, float *u, void *pack)
+/* chunk_pack of tokens t0..t0+n-1, with qk_l2norm from their unit-norm rows
+ * made into norm (2 n dk floats) just before. Of the chunk ops only
+ * chunk_pack reads q and k (the others read its pack), so only it needs
+ * the view. */
+static void pack_chunk(const la_additive_ops *ops, const la_head *h, int64_t t0, int64_t n,
+                       void *pack, float *norm)
+{
+    if (norm) {
+        const la_head x = head_normalised(h, t0, n, h->chunk, norm);
+        ops->chunk_pack(&x, 0, n, pack);
+    } else {
+        ops->chunk_pack(h, t0, n, pack);
+    }
+}
+
+static void run_chunks(const la_additive_ops *ops, const la_head *h, float *u, void *pack,
+                       float *norm)
 {
     float *uz = u + h->dk * h->dv;
     for (int64_t t0 = 0; t0 < h->T; t0 += h->chunk) {
         const int64_t n = chunk_rows(h->T, t0, h->chunk);
-        ops->chunk_pack(h, t0, n, pack);
+        pack_chunk(ops, h, t0, n, pack, norm);
         ops->chunk_output(h, pack, t0, n, h->s, h->z);
         ops->chunk_state(h, pack, t0, n, u, uz);
         ops->state_combine(h, pack, n, h->s, h->z, u, uz);
@@ -180,26 +240,39 @@ typedef struct {
     unsigned char *ws; /* w.total bytes per thread */
 } head_job;
 
-/* A step's workspace (unit-norm q and k with qk_l2norm) is on the stack
- * when it fits: decode calls never allocate. */
+/* The token loop's workspace (z compensation, one token's unit-norm q and
+ * k) is on the stack when it fits: steps and short AUTO calls do not
+ * allocate. */
 enum { STEP_STACK_BYTES = 8192 };
 
 static void run_head(const head_job *j, int64_t i, int tid)
 {
     _Alignas(64) unsigned char stack[STEP_STACK_BYTES];
     unsigned char *mine = j->ws ? j->ws + j->w.total * (size_t)tid : j->w.total ? stack : NULL;
+    float *norm = j->w.norm ? (float *)(mine + j->w.zero + j->w.zc) : NULL;
     la_head h = head_at(j->c, i);
     h.chunk = j->chunk;
     bind(&h, j->c, i, mine, &j->w);
     if (!j->c->causal || j->chunked)
         fold_compensation(&h);
-    if (!j->c->causal)
-        j->ops->forward_noncausal(&h);
-    else if (j->chunked)
+    if (!j->c->causal) {
+        const la_head x = norm ? head_normalised(&h, 0, h.T, 0, norm) : h;
+        j->ops->forward_noncausal(&x);
+    } else if (j->chunked) {
         run_chunks(j->ops, &h, (float *)(mine + j->w.zero + j->w.zc + j->w.norm),
-                   mine + j->w.zero + j->w.zc + j->w.norm + j->w.chunk_state);
-    else
-        run_tokens(j->ops, &h);
+                   mine + j->w.zero + j->w.zc + j->w.norm + j->w.chunk_state, norm);
+    } else {
+        run_tokens(j->ops, &h, norm);
+    }
+}
+
+static int thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
 }
 
 /* Fewer heads than threads: one head at a time, its chunks spread over the
@@ -219,20 +292,22 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
     const size_t state_floats = (size_t)(c->dk * c->dv);
     const size_t state = la_size_floats(c->head_state_elems);
     const size_t pack = la_size_up64(ops->pack_bytes(chunk, c->dk, c->dv));
-    /* ws: the head workspace (zero state, unit-norm copies), then per chunk
-     * of a block a slot holding its pack, its own state u (+ uz) and the
-     * state before it (+ z) */
+    /* ws: the zero state, per thread the unit-norm rows of a chunk, then
+     * per chunk of a block a slot holding its pack, its own state u (+ uz)
+     * and the state before it (+ z) */
     const size_t per_chunk = la_size_add(pack, la_size_mul(2, state));
-    const size_t bytes = la_size_add(j->w.zero + j->w.norm, la_size_mul(per_chunk, (size_t)block));
+    const size_t head_bytes = la_size_add(j->w.zero, la_size_mul(j->w.norm, (size_t)nt));
+    const size_t bytes = la_size_add(head_bytes, la_size_mul(per_chunk, (size_t)block));
     unsigned char *ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
     if (ws == NULL)
         return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
-    unsigned char *slots = ws + j->w.zero + j->w.norm;
+    unsigned char *slots = ws + head_bytes;
+#define NORM(tid) (j->w.norm ? (float *)(ws + j->w.zero + j->w.norm * (size_t)(tid)) : NULL)
 #define SLOT_PACK(x) (slots + per_chunk * (size_t)(x))
 #define SLOT_U(x) ((float *)(SLOT_PACK(x) + pack))
 #define SLOT_BEFORE(x) ((float *)(SLOT_PACK(x) + pack + state))
 
-    const head_ws hw = {.zero = j->w.zero, .norm = j->w.norm};
+    const head_ws hw = {.zero = j->w.zero};
     for (int64_t i = 0; i < heads; i++) {
         la_head h = head_at(c, i);
         h.chunk = chunk;
@@ -248,7 +323,7 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
 #endif
             for (int64_t x = 0; x < m; x++) {
                 const int64_t t0 = (c0 + x) * chunk, n = chunk_rows(T, t0, chunk);
-                ops->chunk_pack(&h, t0, n, SLOT_PACK(x));
+                pack_chunk(ops, &h, t0, n, SLOT_PACK(x), NORM(thread_num()));
                 ops->chunk_state(&h, SLOT_PACK(x), t0, n, SLOT_U(x), SLOT_U(x) + state_floats);
             }
 #ifdef _OPENMP
@@ -273,6 +348,7 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
             }
         }
     }
+#undef NORM
 #undef SLOT_PACK
 #undef SLOT_U
 #undef SLOT_BEFORE
@@ -294,7 +370,9 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
  * synchronisation, and since a column's arithmetic is the same whichever
  * unit holds it, results do not depend on the split. (Sharing one head's
  * features between threads was tried: the feature rows one core wrote and
- * the other read per block cost more than making them twice.) */
+ * the other read per block cost more than making them twice.) With
+ * qk_l2norm each head's block of q and k rows is normalised into one
+ * buffer of the unit just before its features are made. */
 enum {
     BLOCK = 32,                /* tokens whose features are made at once */
     SPLIT_COLUMNS = 16,        /* a unit's columns, when heads are split: a multiple of this */
@@ -325,13 +403,14 @@ static void z_store(const la_head *h, const float *zz)
 typedef struct {
     const la_additive_ops *ops;
     const la_call *c;
-    head_ws w;             /* per head: zero state, unit-norm copies */
+    head_ws w;             /* per head: the zero state */
     int64_t block;         /* tokens per block */
     int64_t group;         /* heads per unit */
     int64_t width, pieces; /* columns per unit, units per head */
     size_t fbytes;         /* features of one block */
     size_t zbytes;         /* per head: zz (2 dk floats) */
-    size_t per_thread;     /* group x (w, zz, la_head), features, inv (block floats) */
+    size_t per_thread;     /* group x (w, zz, la_head), features, inv (block floats),
+                            * unit-norm q, k rows of a block (qk_l2norm) */
     unsigned char *ws;
     /* with several units per head: every head's starting z and compensation
      * (2 dk floats), taken before any unit stores its final one */
@@ -350,6 +429,8 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
     unsigned char *mine = j->ws + j->per_thread * (size_t)tid;
     float *f = (float *)(mine + per_head * (size_t)j->group);
     float *inv = (float *)((unsigned char *)f + j->fbytes);
+    unsigned char *norm_at = (unsigned char *)inv + la_size_floats((size_t)j->block);
+    float *norm = c->qk_l2norm ? (float *)norm_at : NULL;
 #define HEAD(g) ((la_head *)(mine + per_head * (size_t)(g) + j->w.total + j->zbytes))
 #define ZZ(g) ((float *)(mine + per_head * (size_t)(g) + j->w.total))
     for (int64_t g = 0; g < ng; g++) {
@@ -364,11 +445,20 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
     for (int64_t t0 = 0; t0 < c->T; t0 += j->block) {
         const int64_t n = chunk_rows(c->T, t0, j->block);
         for (int64_t g = 0; g < ng; g++) {
+            /* with qk_l2norm the ops get the block as a head of its own
+             * whose q and k are its unit-norm rows; head_normalised
+             * prefetches 4 blocks ahead, as features does */
             const la_head *h = HEAD(g);
-            ops->features(h, t0, n, f);
+            la_head view;
+            int64_t at = t0;
+            if (norm) {
+                view = head_normalised(h, t0, n, 4 * n, norm);
+                h = &view, at = 0;
+            }
+            ops->features(h, at, n, f);
             if (h->z)
                 ops->normaliser(h, f, n, ZZ(g), inv);
-            ops->columns(h, f, h->z ? inv : NULL, t0, n, j0, nj);
+            ops->columns(h, f, h->z ? inv : NULL, at, n, j0, nj);
         }
     }
     for (int64_t g = 0; g < ng && j0 == 0; g++)
@@ -394,13 +484,11 @@ static int64_t unit_width(const la_call *c, int wanted)
 static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c, int wanted)
 {
     const int64_t heads = c->B * c->H;
-    rec_job j = {.ops = ops, .c = c, .w = ws_plan(c, 0, 0, 0), .width = unit_width(c, wanted),
-                 .group = 1};
-    j.w.total -= j.w.zc, j.w.zc = 0; /* the kernels compensate z themselves */
+    rec_job j = {.ops = ops, .c = c, .width = unit_width(c, wanted), .group = 1};
+    j.w.zero = j.w.total = zero_state_bytes(c); /* the kernels compensate z themselves */
     j.pieces = (c->dv + j.width - 1) / j.width;
-    /* groups of whole heads, as many per thread as fit GROUP_STATE_BYTES;
-     * not with unit-norm copies (2 T dk floats per head) */
-    if (j.pieces == 1 && !c->qk_l2norm) {
+    /* groups of whole heads, as many per thread as fit GROUP_STATE_BYTES */
+    if (j.pieces == 1) {
         const int64_t per_thread = (heads + wanted - 1) / wanted;
         const int64_t fit = (int64_t)(GROUP_STATE_BYTES / la_size_floats(c->head_state_elems));
         j.group = per_thread < fit ? per_thread : fit > 1 ? fit : 1;
@@ -412,8 +500,9 @@ static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c
     j.zbytes = la_size_floats(2 * (size_t)c->dk);
     const size_t per_head = la_size_add(la_size_add(j.w.total, j.zbytes),
                                         la_size_up64(sizeof(la_head)));
+    const size_t inv_bytes = la_size_floats((size_t)j.block);
     j.per_thread = la_size_add(la_size_add(la_size_mul(per_head, (size_t)j.group), j.fbytes),
-                               la_size_floats((size_t)j.block));
+                               la_size_add(inv_bytes, norm_bytes(c, j.block)));
     const int shared_z = j.pieces > 1 && c->normalize && c->s;
     const size_t z_bytes = shared_z ? la_size_floats(la_size_mul(2 * (size_t)c->dk, (size_t)heads)) : 0;
     const size_t bytes = la_size_add(la_size_mul(j.per_thread, (size_t)nt), z_bytes);
@@ -459,7 +548,8 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
         return run_sequence_parallel(&j, wanted);
 
     const int nt = la_team_size(wanted, heads);
-    if (j.w.total && !(c->step && j.w.total <= STEP_STACK_BYTES)) {
+    const int token_loop = c->causal && !j.chunked;
+    if (j.w.total && !(token_loop && j.w.total <= STEP_STACK_BYTES)) {
         const size_t bytes = la_size_mul(j.w.total, (size_t)nt);
         j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
         if (j.ws == NULL)

@@ -100,6 +100,7 @@ void problem_make(problem *p, const spec *sp)
     c->algo = sp->algo;
     c->causal = sp->causal;
     c->normalize = sp->normalize;
+    c->qk_l2norm = sp->l2norm;
     c->chunk = sp->chunk;
     c->num_threads = sp->threads;
     linattn_config_set_gate(c, sp->gate);
@@ -172,11 +173,12 @@ const char *spec_name(const spec *sp)
     static const char *algos[] = {"auto", "chunked", "recurrent"};
     snprintf(buf, sizeof buf,
              "B=%lld H=%lld T=%lld dk=%lld dv=%lld phi=%s gate=%s algo=%s causal=%d "
-             "normalize=%d state=%d unaligned=%d threads=%d chunk=%lld layout=%d g=[%g,%g]",
+             "normalize=%d l2norm=%d state=%d unaligned=%d threads=%d chunk=%lld layout=%d "
+             "g=[%g,%g]",
              (long long)sp->B, (long long)sp->H, (long long)sp->T, (long long)sp->dk,
              (long long)sp->dv, phis[sp->phi], gates[sp->gate], algos[sp->algo], sp->causal,
-             sp->normalize, sp->with_state, sp->unaligned, sp->threads, (long long)sp->chunk,
-             (int)sp->layout, sp->g_lo, sp->g_hi);
+             sp->normalize, sp->l2norm, sp->with_state, sp->unaligned, sp->threads,
+             (long long)sp->chunk, (int)sp->layout, sp->g_lo, sp->g_hi);
     return buf;
 }
 

@@ -22,6 +22,7 @@ typedef struct {
     linattn_gate gate;
     linattn_algo algo;
     int causal, normalize;
+    int l2norm;     /* qk_l2norm */
     int with_state; /* random initial state (else s, z NULL: zero, not returned) */
     int unaligned;  /* every pointer 4 bytes past a 64-byte boundary */
     int threads;

@@ -498,6 +498,65 @@ START_TEST(threads_bitwise_equal)
 }
 END_TEST
 
+/* qk_l2norm normalises the q and k rows of a block or chunk just before the
+ * ops read them. A sequence of many blocks and chunks, fed in two calls that
+ * carry the state (split inside a block), gives the same bits on 1, 2 and 3
+ * threads (one head: its value columns or its chunks split over them;
+ * three heads: whole heads, several to a thread) and matches the oracle. */
+START_TEST(l2norm_blocks_threads_and_calls)
+{
+    enum { T = 300, SPLIT = 133, DK = 24, DV = 40 };
+    for (int64_t H = 1; H <= 3; H += 2)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++) {
+                spec sp = spec_default(1, H, T, DK, DV);
+                sp.gate = (linattn_gate)gate;
+                sp.algo = (linattn_algo)algo;
+                sp.phi = (linattn_phi)((gate + algo) % 3);
+                sp.normalize = sp.phi != LINATTN_PHI_IDENTITY; /* else qh . z may be ~0 */
+                sp.l2norm = 1;
+                sp.with_state = 1;
+                sp.chunk = algo == LINATTN_ALGO_CHUNKED ? 16 : 0;
+                problem p;
+                problem_make(&p, &sp);
+                const size_t no = (size_t)(H * T * DV), ns = (size_t)(H * DK * DV);
+                const size_t nz = (size_t)(H * DK);
+                float *first = malloc((no + ns + nz) * sizeof(float));
+                const float *g2 = p.g ? p.g + (gate == LINATTN_GATE_HEAD ? 0 : SPLIT * p.cfg.g.token)
+                                      : NULL;
+                for (int threads = 1; threads <= 3; threads++) {
+                    memcpy(p.s, p.s_init, ns * sizeof(float));
+                    memcpy(p.z, p.z_init, nz * sizeof(float));
+                    linattn_config a = p.cfg, b = p.cfg;
+                    a.num_threads = b.num_threads = threads;
+                    a.seq_len = SPLIT;
+                    b.seq_len = T - SPLIT;
+                    ck_assert_int_eq(linattn_forward(&a, p.q, p.k, p.v, p.g, p.o, p.s, p.z),
+                                     LINATTN_OK);
+                    ck_assert_int_eq(linattn_forward(&b, p.q + SPLIT * p.cfg.q.token,
+                                                     p.k + SPLIT * p.cfg.k.token,
+                                                     p.v + SPLIT * p.cfg.v.token, g2,
+                                                     p.o + SPLIT * p.cfg.o.token, p.s, p.z),
+                                     LINATTN_OK);
+                    if (threads == 1) {
+                        memcpy(first, p.o, no * sizeof(float));
+                        memcpy(first + no, p.s, ns * sizeof(float));
+                        memcpy(first + no + ns, p.z, nz * sizeof(float));
+                        continue;
+                    }
+                    ck_assert_msg(memcmp(first, p.o, no * sizeof(float)) == 0 &&
+                                      memcmp(first + no, p.s, ns * sizeof(float)) == 0 &&
+                                      memcmp(first + no + ns, p.z, nz * sizeof(float)) == 0,
+                                  "%d threads differ from 1: %s", threads, spec_name(&sp));
+                }
+                const double e = problem_error(&p);
+                ck_assert_msg(e <= 1.0, "%s: %.3g", spec_name(&sp), e);
+                free(first);
+                problem_free(&p);
+            }
+}
+END_TEST
+
 /* A NaN in v or k at token t reaches the outputs of tokens >= t only (and
  * all of them when nothing decays); a NaN in q only its own token. Masked
  * parts of a chunk must be skipped, not multiplied by zero. */
@@ -555,6 +614,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, steps_against_oracle);
     tcase_add_test(oracle, chunked_matches_recurrent);
     tcase_add_test(oracle, threads_bitwise_equal);
+    tcase_add_test(oracle, l2norm_blocks_threads_and_calls);
     tcase_add_test(oracle, nan_propagates_only_forward);
     suite_add_tcase(s, oracle);
     return s;

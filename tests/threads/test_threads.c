@@ -5,7 +5,8 @@
  *  2. num_threads 1, 2, 3 give the same bits, on every table this CPU has,
  *     on the head-parallel path (B*H >= threads) and the sequence-parallel
  *     one (B*H = 1, long T), for forward (chunked and recurrent, each gate
- *     kind), step, and the delta rule when the library has it.
+ *     kind, with and without unit-norm q and k), step, and the delta rule
+ *     when the library has it.
  *  3. Calls from application threads while another thread switches the
  *     table with linattn_set_isa: each result is bitwise the result of one
  *     of the tables. */
@@ -37,6 +38,7 @@ typedef struct {
     linattn_algo algo;
     int64_t chunk;
     int delta;
+    int l2norm; /* additive, qk_l2norm = 1 (the delta rule always has it here) */
 } shape;
 
 typedef struct {
@@ -97,6 +99,8 @@ static linattn_config config_for(const shape *sh, int threads)
         cfg.normalize = 0;
         cfg.qk_l2norm = 1;
     }
+    if (sh->l2norm)
+        cfg.qk_l2norm = 1;
     return cfg;
 }
 
@@ -136,7 +140,7 @@ static int same(const result *a, const result *b)
 /* ---- 1. racing the lazy initialisation -------------------------------- */
 
 static pthread_barrier_t start;
-static const shape race_shape = {2, 2, 48, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_AUTO, 0, 0};
+static const shape race_shape = {2, 2, 48, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_AUTO, 0, 0, 0};
 static inputs race_in;
 static result race_out[RACERS];
 
@@ -176,20 +180,25 @@ static void thread_counts(void)
 {
     const shape shapes[] = {
         /* head-parallel: B*H = 6 >= threads */
-        {2, 3, 80, 16, 16, LINATTN_GATE_NONE, LINATTN_ALGO_CHUNKED, 16, 0},
-        {2, 3, 80, 16, 8, LINATTN_GATE_TOKEN, LINATTN_ALGO_CHUNKED, 0, 0},
-        {2, 3, 40, 8, 16, LINATTN_GATE_CHANNEL, LINATTN_ALGO_RECURRENT, 0, 0},
-        {2, 3, 40, 16, 16, LINATTN_GATE_HEAD, LINATTN_ALGO_AUTO, 0, 0},
+        {2, 3, 80, 16, 16, LINATTN_GATE_NONE, LINATTN_ALGO_CHUNKED, 16, 0, 0},
+        {2, 3, 80, 16, 8, LINATTN_GATE_TOKEN, LINATTN_ALGO_CHUNKED, 0, 0, 0},
+        {2, 3, 40, 8, 16, LINATTN_GATE_CHANNEL, LINATTN_ALGO_RECURRENT, 0, 0, 0},
+        {2, 3, 40, 16, 16, LINATTN_GATE_HEAD, LINATTN_ALGO_AUTO, 0, 0, 0},
         /* sequence-parallel: one head, long T, several chunks per thread */
-        {1, 1, 1024, 16, 16, LINATTN_GATE_NONE, LINATTN_ALGO_CHUNKED, 32, 0},
-        {1, 1, 1024, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_CHUNKED, 64, 0},
-        {1, 1, 700, 8, 16, LINATTN_GATE_CHANNEL, LINATTN_ALGO_CHUNKED, 0, 0},
+        {1, 1, 1024, 16, 16, LINATTN_GATE_NONE, LINATTN_ALGO_CHUNKED, 32, 0, 0},
+        {1, 1, 1024, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_CHUNKED, 64, 0, 0},
+        {1, 1, 700, 8, 16, LINATTN_GATE_CHANNEL, LINATTN_ALGO_CHUNKED, 0, 0, 0},
         /* recurrent with one head: its value columns split over the threads */
-        {1, 1, 300, 16, 48, LINATTN_GATE_TOKEN, LINATTN_ALGO_RECURRENT, 0, 0},
-        {1, 1, 300, 8, 40, LINATTN_GATE_NONE, LINATTN_ALGO_AUTO, 0, 0},
+        {1, 1, 300, 16, 48, LINATTN_GATE_TOKEN, LINATTN_ALGO_RECURRENT, 0, 0, 0},
+        {1, 1, 300, 8, 40, LINATTN_GATE_NONE, LINATTN_ALGO_AUTO, 0, 0, 0},
+        /* unit-norm q and k, normalised a block or chunk at a time */
+        {2, 3, 80, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_CHUNKED, 16, 0, 1},
+        {2, 3, 80, 16, 16, LINATTN_GATE_NONE, LINATTN_ALGO_RECURRENT, 0, 0, 1},
+        {1, 1, 700, 16, 16, LINATTN_GATE_CHANNEL, LINATTN_ALGO_CHUNKED, 32, 0, 1},
+        {1, 1, 300, 16, 48, LINATTN_GATE_TOKEN, LINATTN_ALGO_RECURRENT, 0, 0, 1},
         /* the delta rule */
-        {2, 3, 64, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_AUTO, 0, 1},
-        {1, 1, 512, 16, 16, LINATTN_GATE_CHANNEL, LINATTN_ALGO_CHUNKED, 0, 1},
+        {2, 3, 64, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_AUTO, 0, 1, 0},
+        {1, 1, 512, 16, 16, LINATTN_GATE_CHANNEL, LINATTN_ALGO_CHUNKED, 0, 1, 0},
     };
     const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
     int cases = 0;
@@ -231,7 +240,8 @@ static void thread_counts(void)
 /* ---- 3. set_isa while other threads compute ---------------------------- */
 
 enum { WORKERS = 3, ROUNDS = 12 };
-static const shape switch_shape = {1, 3, 96, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_CHUNKED, 32, 0};
+static const shape switch_shape = {1, 3, 96, 16, 16, LINATTN_GATE_TOKEN,
+                                   LINATTN_ALGO_CHUNKED, 32, 0, 0};
 static inputs switch_in;
 static result per_isa[MAX_ISA];
 static volatile int stop_switching; /* written before join: no race */

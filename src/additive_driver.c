@@ -135,8 +135,10 @@ static la_head head_normalised(const la_head *h, int64_t t0, int64_t n, int64_t 
                 if (h->gate == LA_GATE_CHANNEL)
                     __builtin_prefetch(h->g + a * h->g_ts + c, 0, 2);
             }
-            for (int64_t c = 0; c < h->dv; c += 16)
+            for (int64_t c = 0; c < h->dv; c += 16) {
                 __builtin_prefetch(h->v + a * h->v_ts + c, 0, 2);
+                __builtin_prefetch(h->o + a * h->o_ts + c, 1, 2);
+            }
         }
         l2norm_row(h->q + t * h->q_ts, h->dk, h->phi, buf + (t - t0) * h->dk);
         l2norm_row(h->k + t * h->k_ts, h->dk, h->phi, buf + (n + t - t0) * h->dk);
@@ -447,12 +449,12 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
         for (int64_t g = 0; g < ng; g++) {
             /* with qk_l2norm the ops get the block as a head of its own
              * whose q and k are its unit-norm rows; head_normalised
-             * prefetches 4 blocks ahead, as features does */
+             * prefetches a block ahead, as features does */
             const la_head *h = HEAD(g);
             la_head view;
             int64_t at = t0;
             if (norm) {
-                view = head_normalised(h, t0, n, 4 * n, norm);
+                view = head_normalised(h, t0, n, n, norm);
                 h = &view, at = 0;
             }
             ops->features(h, at, n, f);

@@ -191,6 +191,11 @@ static void thread_counts(void)
         /* recurrent with one head: its value columns split over the threads */
         {1, 1, 300, 16, 48, LINATTN_GATE_TOKEN, LINATTN_ALGO_RECURRENT, 0, 0, 0},
         {1, 1, 300, 8, 40, LINATTN_GATE_NONE, LINATTN_ALGO_AUTO, 0, 0, 0},
+        /* the same at larger and odd dk, and with unit-norm q and k */
+        {1, 1, 300, 64, 48, LINATTN_GATE_TOKEN, LINATTN_ALGO_RECURRENT, 0, 0, 0},
+        {1, 1, 200, 97, 40, LINATTN_GATE_CHANNEL, LINATTN_ALGO_AUTO, 0, 0, 0},
+        {1, 2, 150, 65, 33, LINATTN_GATE_NONE, LINATTN_ALGO_RECURRENT, 0, 0, 0},
+        {1, 1, 300, 64, 64, LINATTN_GATE_HEAD, LINATTN_ALGO_RECURRENT, 0, 0, 1},
         /* unit-norm q and k, normalised a block or chunk at a time */
         {2, 3, 80, 16, 16, LINATTN_GATE_TOKEN, LINATTN_ALGO_CHUNKED, 16, 0, 1},
         {2, 3, 80, 16, 16, LINATTN_GATE_NONE, LINATTN_ALGO_RECURRENT, 0, 0, 1},

@@ -63,7 +63,10 @@ static int prefer_chunked_scalar(int64_t T, int64_t dk, int64_t dv, la_gate gate
     (void)dk;
     (void)dv;
     (void)gate;
-    return 1; /* plain loops: the chunked form does fewer passes over memory */
+    /* Measured on Zen 4 (x86-64 baseline build, B=1, H=8, T=4096, dk = dv):
+     * the recurrent form is faster at dk = 64 (1.15x none, 1.3x token,
+     * 1.6x channel) and at 128 (1.04x, 1.08x, 1.3x). */
+    return 0;
 }
 
 static void chunk_pack_scalar(const la_head *h, int64_t t0, int64_t n, void *pack)

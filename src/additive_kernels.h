@@ -68,10 +68,11 @@ static size_t additive_feature_bytes(int64_t n, int64_t dk, int64_t dv)
 /* Rows of the token one block ahead, into L2 (into L1, rows far apart
  * would evict one another before their use): with many heads the inputs
  * stream from memory, and the loads of a block would otherwise wait on
- * them. The o rows are fetched for writing, or each row's first store
- * would wait for it. Not further ahead: a group of heads in lockstep
- * would then hold several blocks of every head's rows in L2 beside their
- * states and evict both (four blocks ahead: 5-8% slower here). */
+ * them (columns fetches the o rows it will write, for writing, or each
+ * row's first store would wait for it). Not further ahead: a group of
+ * heads in lockstep would then hold several blocks of every head's rows
+ * in L2 beside their states and evict both (four blocks ahead: 5-8%
+ * slower here). */
 LA_INLINE void add_prefetch_row(const float *p, int64_t n, int write)
 {
     for (int64_t c = 0; c < n; c += 16) {
@@ -128,7 +129,6 @@ static void additive_features(const la_head *h, int64_t t0, int64_t n, float *f)
             add_prefetch_row(h->q + ahead * h->q_ts, h->dk, 0);
             add_prefetch_row(h->k + ahead * h->k_ts, h->dk, 0);
             add_prefetch_row(h->v + ahead * h->v_ts, h->dv, 0);
-            add_prefetch_row(h->o + ahead * h->o_ts, h->dv, 1);
             if (h->gate == LA_GATE_CHANNEL)
                 add_prefetch_row(h->g + ahead * h->g_ts, h->dk, 0);
         }
@@ -272,6 +272,10 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
     const float *vp = direct_v ? h->v + t0 * h->dv : panel;
     float *op = direct_o ? h->o + t0 * h->dv : panel + n * dvp;
     const int64_t vs = direct_v ? h->dv : dvp, os = direct_o ? h->dv : dvp;
+    /* the next block's o rows, only this unit's columns: another thread
+     * may be writing the rest of them */
+    for (int64_t t = t0 + n; t < t0 + 2 * n && t < h->T; t++)
+        add_prefetch_row(h->o + t * h->o_ts + j0, nj, 1);
     for (int64_t jb = j0; jb < j0 + nj; jb += ADD_TILE) {
         const int64_t width = j0 + nj - jb < ADD_TILE ? j0 + nj - jb : ADD_TILE;
         const int nv = (int)((width + LA_VW - 1) / LA_VW);

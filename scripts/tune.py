@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Measure the choices each kernel table makes from measurements, on this
+machine, and print them as Markdown tables to paste into docs/kernels.md:
+
+  crossover  chunked against value-tiled recurrent forward, per table, dk
+             and gate (what `prefer_chunked` of the table decides);
+  chunks     the chunked forward's tokens/s against the chunk length, and
+             the library's default (what `default_chunk` decides).
+
+Each figure is the best of --repeat runs of linattn-bench (one thread,
+B=1, H=8, elu+1 normalised, T=4096; T=2048 at dk=256). Run it on an idle
+machine: the bench's in-run FMA peak is printed with each table so that
+figures from different machines compare as fractions of their peak.
+
+usage: tune.py [--bench PATH] [--isa NAME|all] [--repeat N] [--chunks] [--quick]
+  --quick   tiny shapes, short timings, one run: checks that the script and
+            the bench agree (the figures mean nothing)
+"""
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+
+GATES = ("none", "token", "channel")
+CHUNKS = (16, 24, 32, 48, 64)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model name")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def bench_rows(args, kernel, shape, gate, chunk=None):
+    """Best tokens/s per ISA of --repeat runs: {isa: (tokens_per_s, row)}."""
+    cmd = [args.bench, "--json", "--isa", args.isa, "--kernel", kernel, "--gate", gate,
+           "--shape", ",".join(str(x) for x in shape), "--threads", "1"]
+    if chunk is not None:
+        cmd += ["--chunk", str(chunk)]
+    if args.quick:
+        cmd.insert(1, "--quick")  # short timings; the shape above still applies
+    best = {}
+    for _ in range(args.repeat):
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if not line.startswith("{"):
+                continue
+            row = json.loads(line)
+            if row.get("kernel") != kernel or row.get("baseline") or "tokens_per_s" not in row:
+                continue
+            isa = row["isa"]
+            if isa not in best or row["tokens_per_s"] > best[isa][0]:
+                best[isa] = (row["tokens_per_s"], row)
+    return best
+
+
+def mtok(x):
+    return "%.3g" % (x / 1e6)
+
+
+def crossover(args, shapes):
+    print("| table | dk=dv | T | gate | chunked | recurrent | faster | peak GFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (B, H, T, dk) in shapes:
+        for gate in GATES:
+            c = bench_rows(args, "forward_chunked", (B, H, T, dk, dk), gate)
+            r = bench_rows(args, "forward_recurrent", (B, H, T, dk, dk), gate)
+            for isa in sorted(set(c) & set(r)):
+                tc, tr = c[isa][0], r[isa][0]
+                faster = "recurrent" if tr > tc else "chunked"
+                print("| %s | %d | %d | %s | %s | %s | %s (%.2fx) | %.0f |" % (
+                    isa, dk, T, gate, mtok(tc), mtok(tr), faster, max(tc, tr) / min(tc, tr),
+                    r[isa][1]["peak_gflops"]))
+
+
+def chunks(args, shapes):
+    print("| table | dk=dv | gate | " + " | ".join("chunk %d" % n for n in CHUNKS) +
+          " | default | best |")
+    print("|---|---|---|" + "---|" * (len(CHUNKS) + 2))
+    for (B, H, T, dk) in shapes:
+        for gate in GATES:
+            per = {n: bench_rows(args, "forward_chunked", (B, H, T, dk, dk), gate, n)
+                   for n in CHUNKS}
+            default = bench_rows(args, "forward_chunked", (B, H, T, dk, dk), gate, 0)
+            for isa in sorted(default):
+                figures = {n: per[n][isa][0] for n in CHUNKS if isa in per[n]}
+                best = max(figures, key=figures.get)
+                print("| %s | %d | %s | %s | %s | %d |" % (
+                    isa, dk, gate, " | ".join(mtok(figures[n]) for n in CHUNKS if n in figures),
+                    mtok(default[isa][0]), best))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bench", default="build/tools/linattn-bench")
+    p.add_argument("--isa", default="all", help="a table name, or all this CPU can run")
+    p.add_argument("--repeat", type=int, default=2, help="runs per figure (best kept)")
+    p.add_argument("--chunks", action="store_true", help="also the chunk-length table")
+    p.add_argument("--quick", action="store_true", help="tiny shapes, one run")
+    args = p.parse_args()
+    if args.repeat < 1:
+        p.error("--repeat takes a positive count")
+    if args.quick:
+        args.repeat = 1
+        shapes = [(1, 2, 64, 16)]
+    else:
+        shapes = [(1, 8, 4096, 64), (1, 8, 4096, 128), (1, 8, 2048, 256)]
+    print("Measured with scripts/tune.py on %s, %s: one thread, B=1, H=%d, elu+1 "
+          "normalised; millions of tokens/s, best of %d.\n" %
+          (cpu_model(), datetime.date.today().isoformat(), shapes[0][1], args.repeat))
+    try:
+        crossover(args, shapes)
+        if args.chunks:
+            print()
+            chunks(args, shapes[:2])
+    except (OSError, subprocess.CalledProcessError) as e:
+        sys.exit("tune.py: running %s failed: %s" % (args.bench, e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -135,10 +135,10 @@ static la_head head_normalised(const la_head *h, int64_t t0, int64_t n, int64_t 
                 if (h->gate == LA_GATE_CHANNEL)
                     __builtin_prefetch(h->g + a * h->g_ts + c, 0, 2);
             }
-            for (int64_t c = 0; c < h->dv; c += 16) {
+            /* not o: with a head's columns split over threads, whole o
+             * rows fetched for writing would take the others' lines */
+            for (int64_t c = 0; c < h->dv; c += 16)
                 __builtin_prefetch(h->v + a * h->v_ts + c, 0, 2);
-                __builtin_prefetch(h->o + a * h->o_ts + c, 1, 2);
-            }
         }
         l2norm_row(h->q + t * h->q_ts, h->dk, h->phi, buf + (t - t0) * h->dk);
         l2norm_row(h->k + t * h->k_ts, h->dk, h->phi, buf + (n + t - t0) * h->dk);

@@ -115,9 +115,6 @@ LA_INLINE void add_pair(const la_head *h, float *f1, int64_t dkp)
         a21[0] = a2[0] * a1[0];
 }
 
-#ifndef ADD_PREFETCH_AHEAD
-#define ADD_PREFETCH_AHEAD 8
-#endif
 static void additive_features(const la_head *h, int64_t t0, int64_t n, float *f)
 {
     const int64_t dkp = add_round_vw(h->dk), dvp = add_round_vw(h->dv);

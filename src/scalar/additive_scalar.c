@@ -60,13 +60,14 @@ static int64_t default_chunk_scalar(int64_t dk, int64_t dv, la_gate gate)
 static int prefer_chunked_scalar(int64_t T, int64_t dk, int64_t dv, la_gate gate)
 {
     (void)T;
-    (void)dk;
     (void)dv;
-    (void)gate;
-    /* Measured on Zen 4 (x86-64 baseline build, B=1, H=8, T=4096, dk = dv):
-     * the recurrent form is faster at dk = 64 (1.15x none, 1.3x token,
-     * 1.6x channel) and at 128 (1.04x, 1.08x, 1.3x). */
-    return 0;
+    /* Measured on Zen 4 (x86-64 baseline build, B=1, H=8, dk = dv, T = 4096;
+     * 2048 at 256; two days' runs): the recurrent form is faster at
+     * dk = 64 (1.02-1.15x none, 1.16-1.3x token, 1.5-1.6x channel) and with
+     * a channel gate at 128 (1.2-1.3x); without one at 128 the two are
+     * within the runs' spread (0.83-1.04x), and at 256 the chunked form is
+     * 1.1-1.5x faster. */
+    return dk > 128 || (dk > 64 && gate != LA_GATE_CHANNEL);
 }
 
 static void chunk_pack_scalar(const la_head *h, int64_t t0, int64_t n, void *pack)

@@ -33,32 +33,32 @@ static inline void la_ftz_end(const la_head *h, unsigned old)
 /* The four chunk ops of table sfx (functions chunk_pack_<sfx>, ...) wrapped
  * as chunk_pack_<sfx>_ftz, ... for the ops struct. */
 #define LA_FTZ_CHUNK_OPS(sfx)                                                                     \
-    static void chunk_pack_##sfx##_ftz(const la_head *h, int64_t t0, int64_t n, void *pack)      \
+    static void chunk_pack_##sfx##_ftz(const la_head *h, int64_t t0, int64_t n, void *pack)       \
     {                                                                                             \
-        const unsigned csr = la_ftz_begin(h);                                                      \
+        const unsigned csr = la_ftz_begin(h);                                                     \
         chunk_pack_##sfx(h, t0, n, pack);                                                         \
-        la_ftz_end(h, csr);                                                                          \
+        la_ftz_end(h, csr);                                                                       \
     }                                                                                             \
-    static void chunk_output_##sfx##_ftz(const la_head *h, const void *pack, int64_t t0,        \
-                                         int64_t n, const float *s, const float *z)              \
+    static void chunk_output_##sfx##_ftz(const la_head *h, const void *pack, int64_t t0,          \
+                                         int64_t n, const float *s, const float *z)               \
     {                                                                                             \
-        const unsigned csr = la_ftz_begin(h);                                                      \
+        const unsigned csr = la_ftz_begin(h);                                                     \
         chunk_output_##sfx(h, pack, t0, n, s, z);                                                 \
-        la_ftz_end(h, csr);                                                                          \
+        la_ftz_end(h, csr);                                                                       \
     }                                                                                             \
-    static void chunk_state_##sfx##_ftz(const la_head *h, const void *pack, int64_t t0,         \
-                                        int64_t n, float *u, float *uz)                          \
+    static void chunk_state_##sfx##_ftz(const la_head *h, const void *pack, int64_t t0,           \
+                                        int64_t n, float *u, float *uz)                           \
     {                                                                                             \
-        const unsigned csr = la_ftz_begin(h);                                                      \
+        const unsigned csr = la_ftz_begin(h);                                                     \
         chunk_state_##sfx(h, pack, t0, n, u, uz);                                                 \
-        la_ftz_end(h, csr);                                                                          \
+        la_ftz_end(h, csr);                                                                       \
     }                                                                                             \
-    static void state_combine_##sfx##_ftz(const la_head *h, const void *pack, int64_t n,        \
-                                          float *s, float *z, const float *u, const float *uz)   \
+    static void state_combine_##sfx##_ftz(const la_head *h, const void *pack, int64_t n,          \
+                                          float *s, float *z, const float *u, const float *uz)    \
     {                                                                                             \
-        const unsigned csr = la_ftz_begin(h);                                                      \
+        const unsigned csr = la_ftz_begin(h);                                                     \
         state_combine_##sfx(h, pack, n, s, z, u, uz);                                             \
-        la_ftz_end(h, csr);                                                                          \
+        la_ftz_end(h, csr);                                                                       \
     }
 
 #endif

@@ -268,15 +268,6 @@ static void run_head(const head_job *j, int64_t i, int tid)
     }
 }
 
-static int thread_num(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
 /* Fewer heads than threads: one head at a time, its chunks spread over the
  * threads in blocks. For each block, chunk_pack + chunk_state of every chunk
  * run in parallel, then one thread folds the chunk states in order (keeping
@@ -325,7 +316,7 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
 #endif
             for (int64_t x = 0; x < m; x++) {
                 const int64_t t0 = (c0 + x) * chunk, n = chunk_rows(T, t0, chunk);
-                pack_chunk(ops, &h, t0, n, SLOT_PACK(x), NORM(thread_num()));
+                pack_chunk(ops, &h, t0, n, SLOT_PACK(x), NORM(la_thread_num()));
                 ops->chunk_state(&h, SLOT_PACK(x), t0, n, SLOT_U(x), SLOT_U(x) + state_floats);
             }
 #ifdef _OPENMP

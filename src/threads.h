@@ -34,6 +34,16 @@ static inline int la_threads_wanted(int num_threads)
     return n < 1 ? 1 : (int)n;
 }
 
+/* The calling thread's index in its team (0 outside a parallel region). */
+static inline int la_thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 /* The team for `units` independent units: never more threads than units. */
 static inline int la_team_size(int wanted, int64_t units)
 {

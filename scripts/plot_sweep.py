@@ -10,6 +10,8 @@ import datetime
 import sys
 from collections import defaultdict
 
+from machine import cpu_model
+
 try:
     import matplotlib
 except ImportError:
@@ -18,17 +20,6 @@ except ImportError:
 
 matplotlib.use("Agg")  # files only: no display on build machines
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def main(argv):

@@ -22,19 +22,10 @@ import json
 import subprocess
 import sys
 
+from machine import cpu_model
+
 GATES = ("none", "token", "channel")
 CHUNKS = (16, 24, 32, 48, 64)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("model name", "Model name")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def bench_rows(args, kernel, shape, gate, chunk=None):

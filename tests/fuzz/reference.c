@@ -183,9 +183,13 @@ void ref_head(const ref_cfg *c, const ref_in *in, ref_out *out)
     for (int64_t i = 0; i < dk && in->z0; i++)
         mz = max_of(mz, fabs((double)in->z0[i]));
     const double n = (double)(dk + dv + c->T);
+    /* The chunked forms also form the scores qh . kh (and kh . kh in the
+     * delta rule's WY form) before they meet v: with v = 0 an infinite
+     * score gives inf * 0 = NaN where the recurrence gives 0. */
     const int undecayed = mq * ms * n > HUGE_MAG || mq * mz * n > HUGE_MAG ||
                           mk * mv * n > HUGE_MAG || mq * mk * mv * n * n > HUGE_MAG ||
-                          mk * mk * mv * n * n > HUGE_MAG || mk * ms * n > HUGE_MAG;
+                          mk * mk * mv * n * n > HUGE_MAG || mk * ms * n > HUGE_MAG ||
+                          mq * mk * n > HUGE_MAG || mk * mk * n > HUGE_MAG;
 
     ref_num *qh = malloc(sizeof(ref_num) * (size_t)dk * (size_t)(c->T + 1));
     ref_num *kh = malloc(sizeof(ref_num) * (size_t)dk);

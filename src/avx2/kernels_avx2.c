@@ -12,8 +12,8 @@
  * CHANNEL scores are dot products along decay chains instead (see
  * scores_channel). The noncausal kernel keeps the older 4x16 tile.
  *
- * exp comes from SLEEF (Sleef_expf8_u10avx2) and is only ever taken of a
- * non-positive argument when it is a decay. TOKEN prefix sums are kept in
+ * exp comes from SLEEF (Sleef_exp2f8_u10avx2 of x log2 e, exp8) and is only
+ * ever taken of a non-positive argument when it is a decay. TOKEN prefix sums are kept in
  * double and decay exponents formed as differences in double; CHANNEL
  * decays are running products of e^(g) <= 1. Either way strong decay stays
  * finite and accurate. Tails in dk and dv use masked loads/stores: nothing

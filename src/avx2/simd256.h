@@ -57,12 +57,21 @@ LA_INLINE __m256 ddiff8(const double *x, const double *y, int64_t w)
                            _mm256_cvtpd_ps(_mm256_sub_pd(x0, y0)));
 }
 
+/* e^x as SLEEF's 2^(x log2 e): 34 instructions instead of its expf8's 40,
+ * 4-7% of a forward where exps bind (elu+1, channel gates at dk = 64). The
+ * rounded product adds at most |x| 2^-24 relative error: 1e-7 for |x| <= 1,
+ * 5e-6 at LA_EXP_ZERO_BELOW, below anything the results can resolve. */
+LA_INLINE __m256 exp8(__m256 x)
+{
+    return Sleef_exp2f8_u10avx2(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)));
+}
+
 /* e^x for a decay exponent. x <= 0 up to rounding; the clamp keeps a
  * masked-out or rounded lane from overflowing. Exactly 0 below
  * LA_EXP_ZERO_BELOW (no subnormals); NaN stays NaN. */
 LA_INLINE __m256 decay8(__m256 x)
 {
-    const __m256 e = Sleef_expf8_u10avx2(_mm256_min_ps(x, _mm256_setzero_ps()));
+    const __m256 e = exp8(_mm256_min_ps(x, _mm256_setzero_ps()));
     return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(LA_EXP_ZERO_BELOW), _CMP_LT_OQ), e);
 }
 
@@ -82,7 +91,7 @@ LA_INLINE __m256 phi8(linattn_phi phi, __m256 x, int64_t w)
     __m256 y = x;
     if (phi == LINATTN_PHI_ELU1) {
         /* exp of min(0, x): large positive x must not overflow the unused branch. */
-        const __m256 e = Sleef_expf8_u10avx2(_mm256_min_ps(zero, x));
+        const __m256 e = exp8(_mm256_min_ps(zero, x));
         y = _mm256_blendv_ps(e, _mm256_add_ps(x, _mm256_set1_ps(1.0f)),
                              _mm256_cmp_ps(x, zero, _CMP_GT_OQ));
     } else if (phi == LINATTN_PHI_RELU) {

@@ -1,8 +1,9 @@
 /* The NEON table: aarch64, where Advanced SIMD is baseline, so no -m flags.
- * exp comes from SLEEF (Sleef_expf4_u10advsimd); every product is a vector
- * FMA. All GEMM-shaped loops share one 4 x 16 register tile (tile_4x16);
- * the chunked path packs phi, scale, decays and the masked score matrix
- * once per chunk in chunk_pack so the other kernels are plain tile loops.
+ * exp comes from SLEEF (Sleef_exp2f4_u10advsimd of x log2 e, exp4); every
+ * product is a vector FMA. All GEMM-shaped loops share one 4 x 16 register
+ * tile (tile_4x16); the chunked path packs phi, scale, decays and the
+ * masked score matrix once per chunk in chunk_pack so the other kernels
+ * are plain tile loops.
  * Tails of dk and dv go through partial loads and stores (ldn, stn) and
  * never touch memory past the caller's arrays. */
 #include <arm_neon.h>

@@ -63,11 +63,18 @@ INLINE float32x4_t lanes_below(float32x4_t x, int64_t m)
                   vreinterpretq_u32_f32(x)));
 }
 
+/* e^x as SLEEF's 2^(x log2 e), as on x86 (exp8 in simd256.h says why):
+ * 47 instructions instead of expf4's 62. */
+INLINE float32x4_t exp4(float32x4_t x)
+{
+    return Sleef_exp2f4_u10advsimd(vmulq_f32(x, vdupq_n_f32(1.44269504f)));
+}
+
 /* A decay: exp of a value that is <= 0 in exact arithmetic; the clamp makes
  * lanes masked out later (j > i) harmless instead of overflowing. */
 INLINE float32x4_t exp_nonpos(float32x4_t x)
 {
-    const float32x4_t e = Sleef_expf4_u10advsimd(vminq_f32(x, vdupq_n_f32(0.0f)));
+    const float32x4_t e = exp4(vminq_f32(x, vdupq_n_f32(0.0f)));
     /* exactly 0 below LA_EXP_ZERO_BELOW (no subnormals); NaN stays NaN */
     const uint32x4_t tiny = vcltq_f32(x, vdupq_n_f32(LA_EXP_ZERO_BELOW));
     return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(e), tiny));
@@ -95,7 +102,7 @@ INLINE float32x4_t phi4(linattn_phi phi, float32x4_t x)
     switch (phi) {
     case LINATTN_PHI_ELU1: {
         /* exp only of min(x, 0); NaN stays NaN through min, compare and exp */
-        const float32x4_t e = Sleef_expf4_u10advsimd(vminq_f32(x, zero));
+        const float32x4_t e = exp4(vminq_f32(x, zero));
         return vbslq_f32(vcgtq_f32(x, zero), vaddq_f32(x, vdupq_n_f32(1.0f)), e);
     }
     case LINATTN_PHI_RELU: return vmaxq_f32(x, zero); /* FMAX: NaN propagates */

@@ -13,11 +13,12 @@
  * scores_channel). The noncausal kernel keeps the older 4x16 tile.
  *
  * exp comes from SLEEF (Sleef_exp2f8_u10avx2 of x log2 e, exp8) and is only
- * ever taken of a non-positive argument when it is a decay. TOKEN prefix sums are kept in
- * double and decay exponents formed as differences in double; CHANNEL
- * decays are running products of e^(g) <= 1. Either way strong decay stays
- * finite and accurate. Tails in dk and dv use masked loads/stores: nothing
- * outside an array is read or written. q/k/v/o rows may be unaligned.
+ * ever taken of a non-positive argument when it is a decay. TOKEN prefix
+ * sums are kept in double and decay exponents formed as differences in
+ * double; CHANNEL decays are running products of e^(g) <= 1. Either way
+ * strong decay stays finite and accurate. Tails in dk and dv use masked
+ * loads/stores: nothing outside an array is read or written. q/k/v/o rows
+ * may be unaligned.
  */
 #include <immintrin.h>
 #include <math.h>

@@ -20,4 +20,8 @@ typedef enum { LA_GATE_NONE = 0, LA_GATE_TOKEN, LA_GATE_CHANNEL } la_gate;
  * Dropping terms this small changes no result beyond float rounding. */
 #define LA_EXP_ZERO_BELOW (-80.0f)
 
+/* log2(e) as a float: the vector tables take e^x as SLEEF's 2^(x LA_LOG2E)
+ * (exp8 in avx2/simd256.h says why). */
+#define LA_LOG2E 1.44269504f
+
 #endif

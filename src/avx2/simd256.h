@@ -63,7 +63,7 @@ LA_INLINE __m256 ddiff8(const double *x, const double *y, int64_t w)
  * 5e-6 at LA_EXP_ZERO_BELOW, below anything the results can resolve. */
 LA_INLINE __m256 exp8(__m256 x)
 {
-    return Sleef_exp2f8_u10avx2(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)));
+    return Sleef_exp2f8_u10avx2(_mm256_mul_ps(x, _mm256_set1_ps(LA_LOG2E)));
 }
 
 /* e^x for a decay exponent. x <= 0 up to rounding; the clamp keeps a

@@ -79,7 +79,7 @@ LA_INLINE __m512 la_exp_raw(__m512 x)
     const __m512 magic = _mm512_set1_ps(12582912.0f); /* 1.5 * 2^23: round to integer */
     const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
     x = _mm512_min_ps(hi, _mm512_max_ps(lo, x)); /* x second: NaN passes through */
-    const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f), magic);
+    const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(LA_LOG2E), magic);
     const __m512 n = _mm512_sub_ps(t, magic);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
@@ -122,7 +122,7 @@ LA_INLINE __m512 la_expand(__m512 src, __mmask16 m, const float *p)
  * simd256.h). */
 LA_INLINE __m512 la_exp_raw(__m512 x)
 {
-    return Sleef_exp2f16_u10avx512f(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)));
+    return Sleef_exp2f16_u10avx512f(_mm512_mul_ps(x, _mm512_set1_ps(LA_LOG2E)));
 }
 
 #endif

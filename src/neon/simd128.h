@@ -67,7 +67,7 @@ INLINE float32x4_t lanes_below(float32x4_t x, int64_t m)
  * 47 instructions instead of expf4's 62. */
 INLINE float32x4_t exp4(float32x4_t x)
 {
-    return Sleef_exp2f4_u10advsimd(vmulq_f32(x, vdupq_n_f32(1.44269504f)));
+    return Sleef_exp2f4_u10advsimd(vmulq_f32(x, vdupq_n_f32(LA_LOG2E)));
 }
 
 /* A decay: exp of a value that is <= 0 in exact arithmetic; the clamp makes

@@ -88,6 +88,29 @@ typedef enum {
     LINATTN_HEADS_TILED        /* value head h reads q/k head h % qk_heads */
 } linattn_head_map;
 
+/* Element types. g, A_log and dt_bias are always float32. */
+typedef enum {
+    LINATTN_F32 = 0,
+    LINATTN_BF16, /* bfloat16: the top 16 bits of a float32 */
+    LINATTN_F16   /* IEEE binary16 */
+} linattn_dtype;
+
+/* What g holds (appended config field gate_act). */
+typedef enum {
+    LINATTN_GATE_ACT_NONE = 0, /* g are log-decays, finite and <= 0 */
+    /* g are raw projections a: g = -exp(A_log[h]) * softplus(a + dt_bias) */
+    LINATTN_GATE_ACT_SOFTPLUS,
+    /* KDA's bounded form: g = lower_bound * sigmoid(exp(A_log[h]) * (a + dt_bias)) */
+    LINATTN_GATE_ACT_BOUNDED_SIGMOID
+} linattn_gate_act;
+
+/* What beta holds (delta rule; appended config field beta_act). */
+typedef enum {
+    LINATTN_BETA_ACT_NONE = 0,   /* beta in [0, 2] as given */
+    LINATTN_BETA_ACT_SIGMOID,    /* beta = sigmoid(b) from logits */
+    LINATTN_BETA_ACT_SIGMOID2    /* beta = 2 sigmoid(b) (fla's allow_neg_eigval) */
+} linattn_beta_act;
+
 /* Strides in elements. The feature dimension is always contiguous. */
 typedef struct {
     int64_t batch, head, token;
@@ -116,6 +139,14 @@ typedef struct {
      * float sum has not absorbed (zero it with z), carried across calls so
      * that a long run of linattn_step calls keeps z accurate. */
     int z_compensated;
+    /* Appended in 0.3.0; read by linattn_run and plans (the float entry
+     * points above need F32 and no activations). */
+    linattn_dtype dtype;       /* F32: q, k, v, beta */
+    linattn_dtype out_dtype;   /* F32: o */
+    linattn_dtype state_dtype; /* F32 or BF16: s (arithmetic stays float32) */
+    linattn_gate_act gate_act; /* NONE */
+    linattn_beta_act beta_act; /* NONE */
+    float lower_bound;         /* BOUNDED_SIGMOID: the bound (negative) */
 } linattn_config;
 
 /* Defaults as commented above; all strides contiguous. */
@@ -160,6 +191,78 @@ LINATTN_API linattn_status linattn_delta_forward(const linattn_config *cfg, cons
 LINATTN_API linattn_status linattn_delta_step(const linattn_config *cfg, const float *q,
                                               const float *k, const float *v, const float *g,
                                               const float *beta, float *o, float *s);
+
+/* ==== 0.3.0: dtypes, fused input activations, state pools, packed
+ * sequences, snapshots and plans. Everything below goes through one
+ * operand struct and one entry point; the four calls above are the same
+ * computation with float32 operands, one contiguous state per (b, h) and
+ * the library's own threads. ==== */
+
+/* The four computations. */
+typedef enum {
+    LINATTN_OP_FORWARD = 0, /* linattn_forward */
+    LINATTN_OP_STEP,        /* linattn_step */
+    LINATTN_OP_DELTA_FORWARD,
+    LINATTN_OP_DELTA_STEP
+} linattn_op;
+
+/* Where the recurrent states live. s_* strides are in elements of
+ * cfg->state_dtype; z_* in floats (z elements contiguous). */
+typedef struct {
+    int64_t slots;                  /* slots in the pool; every index is checked against it */
+    int64_t slot, head, row, col;   /* s strides: slot, value head, key row i, value column j */
+    int64_t z_slot, z_head;         /* z strides (normalising additive calls) */
+    /* Per sequence n: read slot (NULL: n), write slot (NULL: the read
+     * slot). Negative read: zero initial state; negative write: the final
+     * state is not written; both: padding, nothing read or written. */
+    const int32_t *read_slots, *write_slots;
+    /* K snapshot slots per sequence ([N][K] int32, NULL with K = 0): the
+     * state after token len_n - K + j goes to snapshot_slots[n*K + j]
+     * (negative, or before the sequence's first token: skipped). */
+    const int32_t *snapshot_slots;
+    int64_t snapshots; /* K */
+} linattn_state_pool;
+
+typedef struct {
+    size_t struct_size; /* sizeof(linattn_operands); set by linattn_operands_init */
+    const void *q, *k, *v; /* cfg->dtype */
+    const float *g;        /* log-decays, or raw projections with cfg->gate_act */
+    const void *beta;      /* delta rule; cfg->dtype */
+    void *o;               /* cfg->out_dtype */
+    void *s;               /* cfg->state_dtype; NULL as in linattn_forward */
+    float *z;
+    const float *A_log;    /* [heads] with gate_act */
+    const float *dt_bias;  /* [heads], or [heads][dk] with a CHANNEL gate; NULL: zero */
+    /* NULL (pool.slots = 0): s is [B][H][dk][dv] contiguous as in the
+     * calls above. Else the pool form below. */
+    const linattn_state_pool *pool;
+    /* Packed sequences: NULL, or num_seqs + 1 rising offsets into the
+     * token axis (batch must be 1, cu_seqlens[num_seqs] = seq_len). */
+    const int64_t *cu_seqlens;
+    int64_t num_seqs;
+} linattn_operands;
+
+LINATTN_API void linattn_operands_init(linattn_operands *ops);
+
+/* Any op, any dtype, pool or contiguous state, on the library's threads. */
+LINATTN_API linattn_status linattn_run(linattn_op op, const linattn_config *cfg,
+                                       const linattn_operands *ops);
+
+/* Host threads: a validated call whose work units any thread may run. */
+typedef struct linattn_plan linattn_plan;
+/* Checks everything linattn_run checks and sizes every workspace. The plan
+ * keeps pointers to the caller's buffers, not copies. */
+LINATTN_API linattn_status linattn_plan_create(linattn_plan **plan, linattn_op op,
+                                               const linattn_config *cfg,
+                                               const linattn_operands *ops);
+LINATTN_API int64_t linattn_plan_units(const linattn_plan *plan);
+/* Bytes of workspace one running thread needs (64-byte aligned). */
+LINATTN_API size_t linattn_plan_workspace_size(const linattn_plan *plan);
+/* Runs units [first, first + count); concurrent calls on disjoint ranges,
+ * each with its own workspace, are allowed. No allocation, no locks. */
+LINATTN_API linattn_status linattn_plan_run(const linattn_plan *plan, int64_t first,
+                                            int64_t count, void *workspace);
+LINATTN_API void linattn_plan_destroy(linattn_plan *plan);
 
 #ifdef __cplusplus
 }

@@ -474,28 +474,37 @@ static int64_t unit_width(const la_call *c, int wanted)
     return w < c->dv ? w : c->dv;
 }
 
+/* Unit shape and per-thread workspace of the tiled recurrent forward for
+ * `wanted` threads (everything but ws and z_start). */
+static void rec_setup(rec_job *j, const la_additive_ops *ops, const la_call *c, int wanted)
+{
+    const int64_t heads = c->B * c->H;
+    *j = (rec_job){.ops = ops, .c = c, .width = unit_width(c, wanted), .group = 1};
+    j->w.zero = j->w.total = zero_state_bytes(c); /* the kernels compensate z themselves */
+    j->pieces = (c->dv + j->width - 1) / j->width;
+    /* groups of whole heads, as many per thread as fit GROUP_STATE_BYTES */
+    if (j->pieces == 1) {
+        const int64_t per_thread = (heads + wanted - 1) / wanted;
+        const int64_t fit = (int64_t)(GROUP_STATE_BYTES / la_size_floats(c->head_state_elems));
+        j->group = per_thread < fit ? per_thread : fit > 1 ? fit : 1;
+    }
+    j->block = BLOCK < c->T ? BLOCK : c->T;
+    j->fbytes = la_size_up64(ops->feature_bytes(j->block, c->dk, c->dv));
+    j->zbytes = la_size_floats(2 * (size_t)c->dk);
+    const size_t per_head = la_size_add(la_size_add(j->w.total, j->zbytes),
+                                        la_size_up64(sizeof(la_head)));
+    const size_t inv_bytes = la_size_floats((size_t)j->block);
+    j->per_thread = la_size_add(la_size_add(la_size_mul(per_head, (size_t)j->group), j->fbytes),
+                                la_size_add(inv_bytes, norm_bytes(c, j->block)));
+}
+
 static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c, int wanted)
 {
     const int64_t heads = c->B * c->H;
-    rec_job j = {.ops = ops, .c = c, .width = unit_width(c, wanted), .group = 1};
-    j.w.zero = j.w.total = zero_state_bytes(c); /* the kernels compensate z themselves */
-    j.pieces = (c->dv + j.width - 1) / j.width;
-    /* groups of whole heads, as many per thread as fit GROUP_STATE_BYTES */
-    if (j.pieces == 1) {
-        const int64_t per_thread = (heads + wanted - 1) / wanted;
-        const int64_t fit = (int64_t)(GROUP_STATE_BYTES / la_size_floats(c->head_state_elems));
-        j.group = per_thread < fit ? per_thread : fit > 1 ? fit : 1;
-    }
+    rec_job j;
+    rec_setup(&j, ops, c, wanted);
     const int64_t units = (heads + j.group - 1) / j.group * j.pieces;
     const int nt = la_team_size(wanted, units);
-    j.block = BLOCK < c->T ? BLOCK : c->T;
-    j.fbytes = la_size_up64(ops->feature_bytes(j.block, c->dk, c->dv));
-    j.zbytes = la_size_floats(2 * (size_t)c->dk);
-    const size_t per_head = la_size_add(la_size_add(j.w.total, j.zbytes),
-                                        la_size_up64(sizeof(la_head)));
-    const size_t inv_bytes = la_size_floats((size_t)j.block);
-    j.per_thread = la_size_add(la_size_add(la_size_mul(per_head, (size_t)j.group), j.fbytes),
-                               la_size_add(inv_bytes, norm_bytes(c, j.block)));
     const int shared_z = j.pieces > 1 && c->normalize && c->s;
     const size_t z_bytes = shared_z ? la_size_floats(la_size_mul(2 * (size_t)c->dk, (size_t)heads)) : 0;
     const size_t bytes = la_size_add(la_size_mul(j.per_thread, (size_t)nt), z_bytes);
@@ -520,6 +529,54 @@ static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c
 static int auto_recurrent(const la_additive_ops *ops, const la_call *c)
 {
     return c->T > AUTO_RECURRENT_MAX_T && !ops->prefer_chunked(c->T, c->dk, c->dv, c->gate);
+}
+
+/* ---- one head on the calling thread (state pools, packed sequences, plans)
+ * c is a B = H = 1 call whose s (and z) are the unit's working state; the
+ * path is chosen as la_additive_run chooses it, so a head computes the same
+ * bits whichever way it is run. */
+static int head_recurrent(const la_additive_ops *ops, const la_call *c)
+{
+    return c->causal && !c->step &&
+           (c->algo == LINATTN_ALGO_RECURRENT ||
+            (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(ops, c)));
+}
+
+static head_job head_job_for(const la_additive_ops *ops, const la_call *c)
+{
+    head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(ops, c)};
+    j.chunked = c->causal && !c->step && (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);
+    const size_t pack = j.chunked ? ops->pack_bytes(j.chunk, c->dk, c->dv) : 0;
+    j.w = ws_plan(c, j.chunked, j.chunk, pack);
+    return j;
+}
+
+size_t la_additive_head_bytes(const la_kernels *kern, const la_call *c)
+{
+    if (c->T < 1)
+        return 0;
+    if (head_recurrent(kern->additive, c)) {
+        rec_job j;
+        rec_setup(&j, kern->additive, c, 1);
+        return j.per_thread;
+    }
+    return head_job_for(kern->additive, c).w.total;
+}
+
+void la_additive_head_run(const la_kernels *kern, const la_call *c, void *ws)
+{
+    if (c->T < 1)
+        return;
+    if (head_recurrent(kern->additive, c)) {
+        rec_job j;
+        rec_setup(&j, kern->additive, c, 1);
+        j.ws = ws;
+        rec_unit(&j, 0, 0);
+        return;
+    }
+    head_job j = head_job_for(kern->additive, c);
+    j.ws = ws;
+    run_head(&j, 0, 0);
 }
 
 linattn_status la_additive_run(const la_kernels *kern, const la_call *c)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "call.h"
+#include "serve.h"
 #include "table.h"
 
 #define STR_(x) #x
@@ -145,4 +146,29 @@ linattn_status linattn_delta_step(const linattn_config *cfg, const float *q, con
                                   float *s)
 {
     return run(LA_FAMILY_DELTA, 1, cfg, q, k, v, g, beta, o, s, NULL);
+}
+
+/* ---- 0.3.0: the operand struct and linattn_run ------------------------- */
+
+void linattn_operands_init(linattn_operands *ops)
+{
+    if (ops == NULL)
+        return;
+    *ops = (linattn_operands){0};
+    ops->struct_size = sizeof *ops;
+}
+
+/* The contiguous call without packed sequences is exactly the entry points
+ * above; a pool or cu_seqlens goes through the plan machinery (plan.c). */
+linattn_status linattn_run(linattn_op op, const linattn_config *cfg, const linattn_operands *ops)
+{
+    linattn_status st = la_check_run_fields(op, cfg, ops);
+    if (st != LINATTN_OK)
+        return st;
+    if (ops->pool || ops->cu_seqlens)
+        return la_serve_run(op, cfg, ops);
+    const int delta = op == LINATTN_OP_DELTA_FORWARD || op == LINATTN_OP_DELTA_STEP;
+    const int step = op == LINATTN_OP_STEP || op == LINATTN_OP_DELTA_STEP;
+    return run(delta ? LA_FAMILY_DELTA : LA_FAMILY_ADDITIVE, step, cfg, ops->q, ops->k, ops->v,
+               ops->g, ops->beta, ops->o, ops->s, ops->z);
 }

@@ -71,6 +71,19 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
         j->ops->recurrent(&h, j0, nj, kws);
 }
 
+/* The algorithm and chunk of a call: never the thread count. */
+static void choose_algo(delta_job *j, const la_delta_ops *ops, const la_call *c)
+{
+    j->chunked = !c->step && (c->algo == LINATTN_ALGO_CHUNKED ||
+                              (c->algo == LINATTN_ALGO_AUTO &&
+                               ops->prefer_chunked(c->T, c->dk, c->dv, c->gate)));
+    if (j->chunked) {
+        j->chunk = c->chunk ? c->chunk : ops->default_chunk(c->dk, c->dv, c->gate);
+        if (j->chunk > c->T)
+            j->chunk = c->T;
+    }
+}
+
 linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
 {
     const la_delta_ops *ops = kern->delta;
@@ -89,14 +102,7 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
     if (j.tile > c->dv)
         j.tile = c->dv;
     j.ntiles = (c->dv + j.tile - 1) / j.tile;
-    j.chunked = !c->step && (c->algo == LINATTN_ALGO_CHUNKED ||
-                             (c->algo == LINATTN_ALGO_AUTO &&
-                              ops->prefer_chunked(c->T, c->dk, c->dv, c->gate)));
-    if (j.chunked) {
-        j.chunk = c->chunk ? c->chunk : ops->default_chunk(c->dk, c->dv, c->gate);
-        if (j.chunk > c->T)
-            j.chunk = c->T;
-    }
+    choose_algo(&j, ops, c);
     j.zero_bytes = c->s ? 0 : la_size_floats(c->head_state_elems);
     j.kernel_bytes = la_size_up64(j.chunked ? ops->chunked_bytes(j.chunk, c->dk, j.tile)
                                             : ops->recurrent_bytes(c->T, c->dk, j.tile));
@@ -113,4 +119,37 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
     LA_FOR_EACH_UNIT(nt, units, unit, tid, run_unit(&j, unit, tid));
     free(j.ws);
     return LINATTN_OK;
+}
+
+/* ---- one head's column tile on the calling thread (state pools, packed
+ * sequences, plans). c is a B = H = 1 call whose s is the unit's working
+ * state; a column's arithmetic does not depend on the tile. */
+int64_t la_delta_unit_columns(const la_kernels *kern, const la_call *c)
+{
+    const int64_t w = c->step ? c->dv : kern->delta->tile_columns(c->dk, c->dv);
+    return w < c->dv ? w : c->dv;
+}
+
+size_t la_delta_head_bytes(const la_kernels *kern, const la_call *c, int64_t nj)
+{
+    if (c->T < 1)
+        return 0;
+    delta_job j = {0};
+    choose_algo(&j, kern->delta, c);
+    return la_size_up64(j.chunked ? kern->delta->chunked_bytes(j.chunk, c->dk, nj)
+                                  : kern->delta->recurrent_bytes(c->T, c->dk, nj));
+}
+
+void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj, void *ws)
+{
+    if (c->T < 1)
+        return;
+    delta_job j = {0};
+    choose_algo(&j, kern->delta, c);
+    la_delta_head h = head_at(c, 0, j.chunk);
+    h.s = c->s;
+    if (j.chunked)
+        kern->delta->chunked(&h, j0, nj, ws);
+    else
+        kern->delta->recurrent(&h, j0, nj, ws);
 }

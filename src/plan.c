@@ -1,0 +1,312 @@
+/* Plans: a validated serving call (serve.h) cut into independent work units
+ * of (sequence, value head, column tile). A unit gathers its state columns
+ * from the read slot into a contiguous K-first working copy in the caller's
+ * workspace (zeros for a negative read slot), runs its tokens through the
+ * family driver's single-head path (the last K one at a time, storing each
+ * snapshot), and scatters the final state to the write slot. Units share
+ * nothing they write (the checks rule out two sequences writing one slot or
+ * writing another's read slot; a sequence's tiles touch disjoint columns),
+ * so any partition over any threads gives the same bits, with no locks and
+ * no allocation. Units are numbered longest sequence first, so threads that
+ * take the next unit as they finish (OpenMP's dynamic schedule, or a shared
+ * counter in a host pool) balance one long and many short sequences. */
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "serve.h"
+#include "table.h"
+#include "threads.h"
+
+struct linattn_plan {
+    la_serve sv;
+    const la_kernels *kern;
+    int64_t units, ntiles;
+    int64_t *order; /* unit -> (n * H + h) * ntiles + tile */
+    size_t state_bytes, ws_bytes;
+};
+
+/* Head h of sequence n, tokens [ta, ta + len) of it, as a B = H = 1 call on
+ * the working state W (z: Wz). */
+static la_call head_call(const la_serve *sv, int64_t n, int64_t h, int64_t ta, int64_t len,
+                         float *W, float *Wz)
+{
+    const la_call *c = &sv->c;
+    int64_t b, t0;
+    la_serve_tokens(sv, n, &b, &t0);
+    const int64_t t = t0 + ta, qh = la_qk_head(c, h);
+    la_call x = *c;
+    x.B = x.H = x.qk_heads = 1;
+    x.T = c->step ? 1 : len;
+    x.num_threads = 1;
+    x.q = c->q + b * c->sq.batch + qh * c->sq.head + t * c->sq.token;
+    x.k = c->k + b * c->sk.batch + qh * c->sk.head + t * c->sk.token;
+    x.v = c->v + b * c->sv.batch + h * c->sv.head + t * c->sv.token;
+    x.o = c->o + b * c->so.batch + h * c->so.head + t * c->so.token;
+    x.g = c->g ? c->g + b * c->sg.batch + h * c->sg.head + t * c->sg.token : NULL;
+    x.beta = c->beta ? c->beta + b * c->sbeta.batch + h * c->sbeta.head + t * c->sbeta.token
+                     : NULL;
+    x.s = W;
+    x.z = c->family == LA_FAMILY_ADDITIVE && c->normalize ? Wz : NULL;
+    return x;
+}
+
+static size_t head_bytes(const linattn_plan *p, const la_call *x)
+{
+    return p->sv.c.family == LA_FAMILY_DELTA ? la_delta_head_bytes(p->kern, x, p->sv.tile)
+                                              : la_additive_head_bytes(p->kern, x);
+}
+
+static void head_run(const linattn_plan *p, const la_call *x, int64_t j0, int64_t nj, void *ws)
+{
+    if (p->sv.c.family == LA_FAMILY_DELTA)
+        la_delta_head_run(p->kern, x, j0, nj, ws);
+    else
+        la_additive_head_run(p->kern, x, ws);
+}
+
+/* Columns [j0, j0 + nj) of head h's state in `slot` into W (row stride dv),
+ * or zeros for slot < 0; with Wz, z too. The loop order follows the pool's
+ * smaller stride, so a V-first pool is read along its rows. */
+static void state_load(const la_serve *sv, int64_t slot, int64_t h, int64_t j0, int64_t nj,
+                       float *W, float *Wz)
+{
+    const int64_t dk = sv->c.dk, dv = sv->c.dv, zd = dk * (1 + sv->c.z_compensated);
+    if (slot < 0) {
+        for (int64_t i = 0; i < dk; i++)
+            memset(W + i * dv + j0, 0, (size_t)nj * sizeof(float));
+        if (Wz)
+            memset(Wz, 0, (size_t)zd * sizeof(float));
+        return;
+    }
+    const float *src = la_serve_state(sv, slot, h);
+    const int64_t row = sv->s_row, col = sv->s_col;
+    if (col == 1) {
+        for (int64_t i = 0; i < dk; i++)
+            memcpy(W + i * dv + j0, src + i * row + j0, (size_t)nj * sizeof(float));
+    } else if (col > row) {
+        for (int64_t j = j0; j < j0 + nj; j++)
+            for (int64_t i = 0; i < dk; i++)
+                W[i * dv + j] = src[j * col + i * row];
+    } else {
+        for (int64_t i = 0; i < dk; i++)
+            for (int64_t j = j0; j < j0 + nj; j++)
+                W[i * dv + j] = src[j * col + i * row];
+    }
+    if (Wz)
+        memcpy(Wz, la_serve_z(sv, slot, h), (size_t)zd * sizeof(float));
+}
+
+static void state_store(const la_serve *sv, int64_t slot, int64_t h, int64_t j0, int64_t nj,
+                        const float *W, const float *Wz)
+{
+    const int64_t dk = sv->c.dk, dv = sv->c.dv, zd = dk * (1 + sv->c.z_compensated);
+    float *dst = la_serve_state(sv, slot, h);
+    const int64_t row = sv->s_row, col = sv->s_col;
+    if (col == 1) {
+        for (int64_t i = 0; i < dk; i++)
+            memcpy(dst + i * row + j0, W + i * dv + j0, (size_t)nj * sizeof(float));
+    } else if (col > row) {
+        for (int64_t j = j0; j < j0 + nj; j++)
+            for (int64_t i = 0; i < dk; i++)
+                dst[j * col + i * row] = W[i * dv + j];
+    } else {
+        for (int64_t i = 0; i < dk; i++)
+            for (int64_t j = j0; j < j0 + nj; j++)
+                dst[j * col + i * row] = W[i * dv + j];
+    }
+    if (Wz)
+        memcpy(la_serve_z(sv, slot, h), Wz, (size_t)zd * sizeof(float));
+}
+
+static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
+{
+    const la_serve *sv = &p->sv;
+    const la_call *c = &sv->c;
+    const int64_t idx = p->order[u], tile = idx % p->ntiles, nh = idx / p->ntiles;
+    const int64_t h = nh % c->H, n = nh / c->H;
+    int64_t rd, wr, b, t0;
+    if (la_serve_slots(sv, n, &rd, &wr))
+        return; /* padding: nothing read, written or computed */
+    const int64_t len = la_serve_tokens(sv, n, &b, &t0);
+    const int64_t j0 = tile * sv->tile, nj = c->dv - j0 < sv->tile ? c->dv - j0 : sv->tile;
+    float *W = (float *)ws;
+    float *Wz = c->family == LA_FAMILY_ADDITIVE && c->normalize
+                    ? (float *)(ws + la_size_floats((size_t)(c->dk * c->dv)))
+                    : NULL;
+    /* z belongs to the unit of column 0 (the additive family has one tile) */
+    float *Wz_pool = tile == 0 && sv->z ? Wz : NULL;
+    void *kws = ws + p->state_bytes;
+    state_load(sv, rd, h, j0, nj, W, Wz_pool);
+    if (Wz && !Wz_pool)
+        memset(Wz, 0, (size_t)(c->dk * (1 + c->z_compensated)) * sizeof(float));
+    const int64_t first = len - sv->K; /* position of snapshot 0 */
+    const int64_t pre = first > 0 ? first : 0;
+    if (sv->K == 0 || pre > 0) {
+        const la_call x = head_call(sv, n, h, 0, sv->K ? pre : len, W, Wz);
+        head_run(p, &x, j0, nj, kws);
+    }
+    for (int64_t t = pre; sv->K > 0 && t < len; t++) {
+        const la_call x = head_call(sv, n, h, t, 1, W, Wz);
+        head_run(p, &x, j0, nj, kws);
+        const int64_t slot = sv->snapshot_slots[n * sv->K + (t - first)];
+        if (slot >= 0)
+            state_store(sv, slot, h, j0, nj, W, Wz_pool);
+    }
+    if (wr >= 0)
+        state_store(sv, wr, h, j0, nj, W, Wz_pool);
+}
+
+typedef struct {
+    int64_t cost, idx;
+} unit_cost;
+
+static int by_cost(const void *a, const void *b)
+{
+    const unit_cost *x = a, *y = b;
+    return x->cost != y->cost ? (x->cost > y->cost ? -1 : 1) : (x->idx < y->idx ? -1 : 1);
+}
+
+static linattn_status plan_make(linattn_plan **out, linattn_op op, const linattn_config *cfg,
+                                const linattn_operands *ops)
+{
+    *out = NULL;
+    const la_kernels *kern = la_active_kernels();
+    if (kern == NULL)
+        return la_fail(LINATTN_E_ISA, "LINATTN_ISA names no instruction set this CPU and build "
+                                      "can run; call linattn_set_isa() to choose one");
+    linattn_plan *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return la_fail(LINATTN_E_NOMEM, "out of memory for a plan");
+    linattn_status st = la_check_serve(&p->sv, op, cfg, ops, kern);
+    if (st != LINATTN_OK) {
+        free(p);
+        return st;
+    }
+    const la_serve *sv = &p->sv;
+    const la_call *c = &sv->c;
+    p->kern = kern;
+    p->ntiles = (c->dv + sv->tile - 1) / sv->tile;
+    size_t units = la_size_mul(la_size_mul(la_size_of_dim(sv->N), la_size_of_dim(c->H)),
+                               la_size_of_dim(p->ntiles));
+    unit_cost *uc = units >= (size_t)INT64_MAX / 2 ? NULL : malloc(units * sizeof *uc + 1);
+    p->order = uc ? malloc(units * sizeof *p->order + 1) : NULL;
+    if (p->order == NULL) {
+        free(uc);
+        free(p);
+        return la_fail(LINATTN_E_NOMEM, "out of memory for a plan of %zu units", units);
+    }
+    /* workspace: the working state, then the largest kernel workspace of
+     * any run of tokens a unit makes */
+    static float marker; /* a non-NULL working state, for sizing only */
+    p->state_bytes = la_size_add(la_size_floats((size_t)(c->dk * c->dv)),
+                                 la_size_floats(2 * (size_t)c->dk));
+    size_t kbytes = 0;
+    for (int64_t n = 0; n < sv->N; n++) {
+        int64_t b, t0;
+        const int64_t len = la_serve_tokens(sv, n, &b, &t0);
+        const int64_t first = len - sv->K, runs[2] = {sv->K ? (first > 0 ? first : 0) : len,
+                                                      sv->K && len > 0 ? 1 : 0};
+        for (int r = 0; r < 2; r++) {
+            const la_call x = head_call(sv, n, 0, 0, runs[r], &marker, &marker);
+            const size_t kb = head_bytes(p, &x);
+            kbytes = kb > kbytes ? kb : kbytes;
+        }
+        for (int64_t i = 0; i < c->H * p->ntiles; i++) {
+            const int64_t idx = n * c->H * p->ntiles + i;
+            uc[idx] = (unit_cost){len > 0 ? len : 1, idx};
+        }
+    }
+    p->ws_bytes = la_size_up64(la_size_add(p->state_bytes, kbytes));
+    if (p->ws_bytes == SIZE_MAX) {
+        free(uc);
+        linattn_plan_destroy(p);
+        return la_fail(LINATTN_E_SHAPE, "the workspace of one unit is too large to address");
+    }
+    qsort(uc, units, sizeof *uc, by_cost);
+    for (size_t u = 0; u < units; u++)
+        p->order[u] = uc[u].idx;
+    free(uc);
+    p->units = (int64_t)units;
+    *out = p;
+    return LINATTN_OK;
+}
+
+linattn_status linattn_plan_create(linattn_plan **plan, linattn_op op, const linattn_config *cfg,
+                                   const linattn_operands *ops)
+{
+    if (plan == NULL)
+        return la_fail(LINATTN_E_NULL, "plan is NULL");
+    const linattn_status st = plan_make(plan, op, cfg, ops);
+    if (st == LINATTN_OK)
+        la_succeed();
+    return st;
+}
+
+int64_t linattn_plan_units(const linattn_plan *plan) { return plan ? plan->units : 0; }
+
+size_t linattn_plan_workspace_size(const linattn_plan *plan) { return plan ? plan->ws_bytes : 0; }
+
+linattn_status linattn_plan_run(const linattn_plan *plan, int64_t first, int64_t count,
+                                void *workspace)
+{
+    if (plan == NULL)
+        return la_fail(LINATTN_E_NULL, "plan is NULL");
+    if (first < 0 || count < 0 || first > plan->units || count > plan->units - first)
+        return la_fail(LINATTN_E_ARG,
+                       "units [%lld, %lld + %lld): outside the plan's %lld units",
+                       (long long)first, (long long)first, (long long)count,
+                       (long long)plan->units);
+    if (count > 0 && workspace == NULL)
+        return la_fail(LINATTN_E_NULL, "workspace is NULL: a running thread needs "
+                                       "linattn_plan_workspace_size() bytes");
+    if (((uintptr_t)workspace & 63) != 0)
+        return la_fail(LINATTN_E_ARG, "workspace is not 64-byte aligned");
+    for (int64_t u = first; u < first + count; u++)
+        run_unit(plan, u, workspace);
+    la_succeed();
+    return LINATTN_OK;
+}
+
+void linattn_plan_destroy(linattn_plan *plan)
+{
+    if (plan == NULL)
+        return;
+    free(plan->order);
+    free(plan);
+}
+
+/* linattn_run's serving form: a plan run on the library's OpenMP threads,
+ * each taking the next unit as it finishes. */
+linattn_status la_serve_run(linattn_op op, const linattn_config *cfg, const linattn_operands *ops)
+{
+    linattn_plan *p;
+    linattn_status st = plan_make(&p, op, cfg, ops);
+    if (st != LINATTN_OK)
+        return st;
+    const int nt = la_team_size(la_threads_wanted(p->sv.c.num_threads), p->units);
+    unsigned char *ws = aligned_alloc(64, la_size_mul(p->ws_bytes, (size_t)nt));
+    if (ws == NULL) {
+        linattn_plan_destroy(p);
+        return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace per thread",
+                       p->ws_bytes);
+    }
+    const int64_t units = p->units;
+    if (nt <= 1) {
+        for (int64_t u = 0; u < units; u++)
+            run_unit(p, u, ws);
+    } else {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+#endif
+        for (int64_t u = 0; u < units; u++)
+            run_unit(p, u, ws + p->ws_bytes * (size_t)la_thread_num());
+    }
+    free(ws);
+    linattn_plan_destroy(p);
+    la_succeed();
+    return LINATTN_OK;
+}

@@ -1,0 +1,570 @@
+/* Serving form of linattn_run and plans (state pools, packed sequences,
+ * snapshots, batched decode, host threads), against separate per-sequence
+ * calls of the 0.2 entry points on contiguous states, compared bitwise: a
+ * unit runs the same single-head path those calls run, so the bits must
+ * match. Every pool is checked whole (slots nobody names stay untouched),
+ * and o rows of padding sequences keep their sentinel. */
+#define _DEFAULT_SOURCE
+#include <check.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "linattn.h"
+
+#define ck_assert_error_has(sub)                                                                  \
+    ck_assert_msg(strstr(linattn_last_error(), (sub)) != NULL,                                    \
+                  "linattn_last_error() = \"%s\" does not mention \"%s\"", linattn_last_error(), \
+                  (sub))
+
+enum { SENTINEL_BITS = 0x7f7f7f7f };
+
+static float *floats(size_t n, float lo, float hi)
+{
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        x[i] = rand_uniform(lo, hi);
+    return x;
+}
+
+static float *copy_of(const float *x, size_t n)
+{
+    float *c = malloc((n ? n : 1) * sizeof(float));
+    memcpy(c, x, n * sizeof(float));
+    return c;
+}
+
+/* One scenario: N sequences (packed, or a batch of equal lengths, or a
+ * batch of single-token steps), a pool of `slots` slots, K snapshots. */
+typedef struct {
+    int delta, step, packed, vfirst, threads;
+    int64_t N, H, dk, dv, K, slots;
+    int64_t lens[16];
+    int32_t rd[16], wr[16], snap[16 * 8];
+} scenario;
+
+typedef struct {
+    scenario sc;
+    int64_t T, B, *cu;
+    float *q, *k, *v, *g, *beta, *o, *s, *z; /* s, z: the pool */
+    float *o_ref, *s_ref, *z_ref;
+    int64_t s_slot, s_head, s_row, s_col, z_slot, z_head;
+    linattn_config cfg;
+    linattn_state_pool pool;
+    linattn_operands ops;
+} world;
+
+static void world_make(world *w, const scenario *sc)
+{
+    memset(w, 0, sizeof *w);
+    w->sc = *sc;
+    const int64_t H = sc->H, dk = sc->dk, dv = sc->dv;
+    if (sc->packed) {
+        w->B = 1;
+        w->cu = malloc((size_t)(sc->N + 1) * sizeof(int64_t));
+        w->cu[0] = 0;
+        for (int64_t n = 0; n < sc->N; n++)
+            w->cu[n + 1] = w->cu[n] + sc->lens[n];
+        w->T = w->cu[sc->N];
+    } else {
+        w->B = sc->N;
+        w->T = sc->step ? 1 : sc->lens[0];
+    }
+    const size_t tok = (size_t)(w->B * w->T * H);
+    w->q = floats(tok * (size_t)dk, -1, 1);
+    w->k = floats(tok * (size_t)dk, -1, 1);
+    w->v = floats(tok * (size_t)dv, -1, 1);
+    w->g = floats(tok, -0.7f, 0);
+    w->beta = floats(tok, 0, 1);
+    w->o = malloc((tok * (size_t)dv + 1) * sizeof(float));
+    memset(w->o, 0x7f, tok * (size_t)dv * sizeof(float));
+    const size_t state = (size_t)(sc->slots * H * dk * dv), zs = (size_t)(sc->slots * H * dk);
+    w->s = floats(state, -0.3f, 0.3f);
+    w->z = floats(zs, 0.5f, 1.5f);
+    w->o_ref = copy_of(w->o, tok * (size_t)dv);
+    w->s_ref = copy_of(w->s, state);
+    w->z_ref = copy_of(w->z, zs);
+    w->s_slot = H * dk * dv, w->s_head = dk * dv;
+    w->s_row = sc->vfirst ? 1 : dv, w->s_col = sc->vfirst ? dk : 1;
+    w->z_slot = H * dk, w->z_head = dk;
+
+    if (sc->step)
+        linattn_config_init_step(&w->cfg, w->B, H, dk, dv);
+    else
+        linattn_config_init(&w->cfg, w->B, H, w->T, dk, dv);
+    linattn_config_set_gate(&w->cfg, LINATTN_GATE_TOKEN);
+    w->cfg.num_threads = sc->threads;
+    w->cfg.qk_l2norm = sc->delta;
+    w->cfg.normalize = !sc->delta;
+    w->pool = (linattn_state_pool){.slots = sc->slots, .slot = w->s_slot, .head = w->s_head,
+                                   .row = w->s_row, .col = w->s_col, .z_slot = w->z_slot,
+                                   .z_head = w->z_head, .read_slots = w->sc.rd,
+                                   .write_slots = w->sc.wr,
+                                   .snapshot_slots = sc->K ? w->sc.snap : NULL,
+                                   .snapshots = sc->K};
+    linattn_operands_init(&w->ops);
+    w->ops.q = w->q, w->ops.k = w->k, w->ops.v = w->v, w->ops.g = w->g;
+    w->ops.beta = sc->delta ? w->beta : NULL;
+    w->ops.o = w->o, w->ops.s = w->s, w->ops.z = sc->delta ? NULL : w->z;
+    w->ops.pool = &w->pool;
+    if (sc->packed)
+        w->ops.cu_seqlens = w->cu, w->ops.num_seqs = sc->N;
+}
+
+static void world_free(world *w)
+{
+    free(w->cu);
+    free(w->q), free(w->k), free(w->v), free(w->g), free(w->beta), free(w->o);
+    free(w->s), free(w->z), free(w->o_ref), free(w->s_ref), free(w->z_ref);
+}
+
+static linattn_op world_op(const world *w)
+{
+    return w->sc.delta ? (w->sc.step ? LINATTN_OP_DELTA_STEP : LINATTN_OP_DELTA_FORWARD)
+                       : (w->sc.step ? LINATTN_OP_STEP : LINATTN_OP_FORWARD);
+}
+
+/* Slot <-> contiguous [H][dk][dv] (+ z [H][dk]) of the reference pool. */
+static void ref_get(const world *w, int64_t slot, float *S, float *Z)
+{
+    const int64_t H = w->sc.H, dk = w->sc.dk, dv = w->sc.dv;
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < dk; i++) {
+            for (int64_t j = 0; j < dv; j++)
+                S[(h * dk + i) * dv + j] =
+                    slot < 0 ? 0.0f
+                             : w->s_ref[slot * w->s_slot + h * w->s_head + i * w->s_row +
+                                        j * w->s_col];
+            Z[h * dk + i] = slot < 0 ? 0.0f : w->z_ref[slot * w->z_slot + h * w->z_head + i];
+        }
+}
+
+static void ref_put(world *w, int64_t slot, const float *S, const float *Z)
+{
+    const int64_t H = w->sc.H, dk = w->sc.dk, dv = w->sc.dv;
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < dk; i++) {
+            for (int64_t j = 0; j < dv; j++)
+                w->s_ref[slot * w->s_slot + h * w->s_head + i * w->s_row + j * w->s_col] =
+                    S[(h * dk + i) * dv + j];
+            if (!w->sc.delta)
+                w->z_ref[slot * w->z_slot + h * w->z_head + i] = Z[h * dk + i];
+        }
+}
+
+/* Tokens [a, a + n) of sequence seq through one 0.2 call (step: one token). */
+static void ref_call(world *w, int64_t seq, int64_t a, int64_t n, int step, float *S, float *Z)
+{
+    const int64_t H = w->sc.H, dk = w->sc.dk, dv = w->sc.dv;
+    const int64_t b = w->sc.packed ? 0 : seq, t = (w->sc.packed ? w->cu[seq] : 0) + a;
+    linattn_config c = w->cfg;
+    c.batch = 1, c.seq_len = n, c.num_threads = 1;
+    const int64_t tq = (b * H * w->T + t) * dk, tv = (b * H * w->T + t) * dv, tg = b * H * w->T + t;
+    linattn_status st;
+    if (w->sc.delta)
+        st = step ? linattn_delta_step(&c, w->q + tq, w->k + tq, w->v + tv, w->g + tg,
+                                       w->beta + tg, w->o_ref + tv, S)
+                  : linattn_delta_forward(&c, w->q + tq, w->k + tq, w->v + tv, w->g + tg,
+                                          w->beta + tg, w->o_ref + tv, S);
+    else
+        st = step ? linattn_step(&c, w->q + tq, w->k + tq, w->v + tv, w->g + tg, w->o_ref + tv,
+                                 S, Z)
+                  : linattn_forward(&c, w->q + tq, w->k + tq, w->v + tv, w->g + tg,
+                                    w->o_ref + tv, S, Z);
+    ck_assert_msg(st == LINATTN_OK, "reference call: %s", linattn_last_error());
+}
+
+/* The expected pool and o: each sequence on its own, in order. */
+static void world_reference(world *w)
+{
+    const scenario *sc = &w->sc;
+    const size_t sz = (size_t)(sc->H * sc->dk * sc->dv), zz = (size_t)(sc->H * sc->dk);
+    float *S = malloc(sz * sizeof(float)), *Z = malloc(zz * sizeof(float));
+    for (int64_t n = 0; n < sc->N; n++) {
+        const int64_t rd = sc->rd[n] < 0 ? -1 : sc->rd[n], wr = sc->wr[n] < 0 ? -1 : sc->wr[n];
+        if (rd < 0 && wr < 0)
+            continue;
+        const int64_t len = sc->step ? 1 : sc->lens[n];
+        ref_get(w, rd, S, Z);
+        const int64_t first = len - sc->K, pre = first > 0 ? first : 0;
+        if (sc->K == 0 || pre > 0)
+            if ((sc->K ? pre : len) > 0)
+                ref_call(w, n, 0, sc->K ? pre : len, sc->step, S, Z);
+        for (int64_t t = pre; sc->K > 0 && t < len; t++) {
+            ref_call(w, n, t, 1, 1, S, Z); /* token by token: the step entry point */
+            const int32_t slot = sc->snap[n * sc->K + (t - first)];
+            if (slot >= 0)
+                ref_put(w, slot, S, Z);
+        }
+        if (wr >= 0)
+            ref_put(w, wr, S, Z);
+    }
+    free(S), free(Z);
+}
+
+static void world_compare(const world *w, const char *what)
+{
+    const scenario *sc = &w->sc;
+    const size_t tok = (size_t)(w->B * w->T * sc->H);
+    const size_t state = (size_t)(sc->slots * sc->H * sc->dk * sc->dv);
+    ck_assert_msg(memcmp(w->o, w->o_ref, tok * (size_t)sc->dv * sizeof(float)) == 0,
+                  "%s: o differs from the per-sequence calls", what);
+    ck_assert_msg(memcmp(w->s, w->s_ref, state * sizeof(float)) == 0,
+                  "%s: the pool's s differs from the per-sequence calls", what);
+    if (!sc->delta)
+        ck_assert_msg(memcmp(w->z, w->z_ref, (size_t)(sc->slots * sc->H * sc->dk) *
+                                                 sizeof(float)) == 0,
+                      "%s: the pool's z differs from the per-sequence calls", what);
+}
+
+/* A scenario of N sequences with every slot case: in place, moved, zero
+ * start, not written, padding; slots shuffled over a pool twice as big. */
+static scenario scenario_mixed(int delta, int vfirst, int packed, int step, int threads)
+{
+    scenario sc = {.delta = delta, .vfirst = vfirst, .packed = packed, .step = step,
+                   .threads = threads, .N = 8, .H = 3, .dk = 7, .dv = 20, .slots = 19};
+    static const int64_t lens[8] = {40, 0, 1, 17, 5, 70, 3, 33};
+    static const int32_t rd[8] = {4, 11, -1, 7, 0, -1, 9, 2};
+    static const int32_t wr[8] = {4, 12, 13, -1, 1, -1, 3, 2};
+    for (int n = 0; n < 8; n++) {
+        sc.lens[n] = packed ? lens[n] : 21;
+        sc.rd[n] = rd[n], sc.wr[n] = wr[n];
+    }
+    return sc;
+}
+
+static void run_scenario(const scenario *sc, const char *what)
+{
+    world w;
+    world_make(&w, sc);
+    world_reference(&w);
+    const linattn_status st = linattn_run(world_op(&w), &w.cfg, &w.ops);
+    ck_assert_msg(st == LINATTN_OK, "%s: %s", what, linattn_last_error());
+    world_compare(&w, what);
+    world_free(&w);
+}
+
+/* _i: bit 0 delta, bit 1 V-first, bit 2 packed (else batch), bit 3 two threads */
+START_TEST(pool_matches_separate_calls)
+{
+    const int delta = _i & 1, vfirst = _i >> 1 & 1, packed = _i >> 2 & 1, threads = _i >> 3 & 1;
+    scenario sc = scenario_mixed(delta, vfirst, packed, 0, threads ? 2 : 1);
+    char what[96];
+    snprintf(what, sizeof what, "%s %s-first %s threads %d", delta ? "delta" : "additive",
+             vfirst ? "V" : "K", packed ? "packed" : "batch", sc.threads);
+    run_scenario(&sc, what);
+}
+END_TEST
+
+START_TEST(batched_decode)
+{
+    const int delta = _i & 1, vfirst = _i >> 1 & 1;
+    scenario sc = scenario_mixed(delta, vfirst, 0, 1, 2);
+    run_scenario(&sc, delta ? "delta step" : "additive step");
+}
+END_TEST
+
+/* Snapshots: K < len, K = len (speculative verification) and K > len. */
+START_TEST(snapshots_match_stepping)
+{
+    const int delta = _i & 1, vfirst = _i >> 1 & 1;
+    static const int64_t Ks[3] = {3, 5, 8};
+    for (int ki = 0; ki < 3; ki++) {
+        scenario sc = {.delta = delta, .vfirst = vfirst, .packed = 1, .threads = 2, .N = 4,
+                       .H = 2, .dk = 5, .dv = 9, .K = Ks[ki], .slots = 48};
+        static const int64_t lens[4] = {5, 1, 0, 30};
+        for (int n = 0; n < 4; n++) {
+            sc.lens[n] = lens[n];
+            sc.rd[n] = n, sc.wr[n] = n == 2 ? -1 : 4 + n;
+            for (int j = 0; j < sc.K; j++)
+                sc.snap[n * sc.K + j] = j == 1 ? -1 : (int32_t)(8 + n * 10 + j);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "%s snapshots K = %lld", delta ? "delta" : "additive",
+                 (long long)sc.K);
+        run_scenario(&sc, what);
+    }
+}
+END_TEST
+
+/* vLLM's [N, K] form: write slot negative, K = len, the read slot one of
+ * the sequence's own snapshot slots. */
+START_TEST(spec_decode_form)
+{
+    scenario sc = {.delta = 1, .vfirst = 1, .packed = 1, .threads = 1, .N = 3, .H = 2, .dk = 8,
+                   .dv = 8, .K = 4, .slots = 12};
+    for (int n = 0; n < 3; n++) {
+        sc.lens[n] = 4;
+        for (int j = 0; j < 4; j++)
+            sc.snap[n * 4 + j] = (int32_t)(n * 4 + j);
+        sc.rd[n] = (int32_t)(n * 4 + n % 4); /* accepted n + 1 tokens last time */
+        sc.wr[n] = -1;
+    }
+    run_scenario(&sc, "spec decode [N, K]");
+}
+END_TEST
+
+/* ---- host threads: plan units from a pthread pool in shuffled ranges --- */
+
+typedef struct {
+    const linattn_plan *plan;
+    const int64_t *firsts, *counts;
+    int nranges, stride, id;
+    void *ws;
+    int failures;
+} worker;
+
+static void *work(void *arg)
+{
+    worker *wk = arg;
+    for (int r = wk->id; r < wk->nranges; r += wk->stride)
+        if (linattn_plan_run(wk->plan, wk->firsts[r], wk->counts[r], wk->ws) != LINATTN_OK)
+            wk->failures++;
+    return NULL;
+}
+
+START_TEST(plan_units_from_pthreads)
+{
+    const int delta = _i & 1, packed = _i >> 1 & 1;
+    scenario sc = scenario_mixed(delta, 1, packed, 0, 1);
+    world one, many;
+    world_make(&one, &sc);
+    /* the same inputs and pool for the plan */
+    many = one;
+    const size_t tok = (size_t)(one.B * one.T * sc.H);
+    const size_t state = (size_t)(sc.slots * sc.H * sc.dk * sc.dv);
+    many.o = copy_of(one.o, tok * (size_t)sc.dv);
+    many.s = copy_of(one.s, state);
+    many.z = copy_of(one.z, (size_t)(sc.slots * sc.H * sc.dk));
+    many.ops.o = many.o, many.ops.s = many.s, many.ops.z = delta ? NULL : many.z;
+    ck_assert(linattn_run(world_op(&one), &one.cfg, &one.ops) == LINATTN_OK);
+
+    linattn_plan *plan;
+    ck_assert_msg(linattn_plan_create(&plan, world_op(&many), &many.cfg, &many.ops) == LINATTN_OK,
+                  "%s", linattn_last_error());
+    const int64_t units = linattn_plan_units(plan);
+    ck_assert_int_gt(units, 0);
+    /* random ranges covering every unit once, in shuffled order */
+    int64_t firsts[512], counts[512];
+    int nr = 0;
+    for (int64_t u = 0; u < units && nr < 511;) {
+        int64_t c = 1 + (int64_t)rand_uniform(0, 4);
+        if (c > units - u)
+            c = units - u;
+        firsts[nr] = u, counts[nr++] = c;
+        u += c;
+        if (nr == 511 && u < units)
+            firsts[nr] = u, counts[nr++] = units - u, u = units;
+    }
+    for (int r = nr - 1; r > 0; r--) {
+        const int x = (int)rand_uniform(0, (float)r + 0.999f);
+        int64_t t = firsts[r];
+        firsts[r] = firsts[x], firsts[x] = t;
+        t = counts[r], counts[r] = counts[x], counts[x] = t;
+    }
+    enum { NW = 4 };
+    worker wk[NW];
+    pthread_t th[NW];
+    const size_t wsb = linattn_plan_workspace_size(plan);
+    for (int i = 0; i < NW; i++) {
+        wk[i] = (worker){.plan = plan, .firsts = firsts, .counts = counts, .nranges = nr,
+                         .stride = NW, .id = i, .ws = aligned_alloc(64, wsb)};
+        pthread_create(&th[i], NULL, work, &wk[i]);
+    }
+    for (int i = 0; i < NW; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(wk[i].failures, 0);
+        free(wk[i].ws);
+    }
+    linattn_plan_destroy(plan);
+    ck_assert_msg(memcmp(one.o, many.o, tok * (size_t)sc.dv * sizeof(float)) == 0,
+                  "plan from pthreads: o differs from linattn_run");
+    ck_assert_msg(memcmp(one.s, many.s, state * sizeof(float)) == 0,
+                  "plan from pthreads: the pool differs from linattn_run");
+    free(many.o), free(many.s), free(many.z);
+    world_free(&one);
+}
+END_TEST
+
+/* A plan of a contiguous call (no pool, no cu_seqlens) gives linattn_forward's bits. */
+START_TEST(plan_of_contiguous_call)
+{
+    const int delta = _i & 1;
+    const int64_t B = 2, H = 3, T = 50, dk = 16, dv = 24;
+    linattn_config cfg;
+    linattn_config_init(&cfg, B, H, T, dk, dv);
+    linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+    cfg.normalize = !delta;
+    const size_t nq = (size_t)(B * H * T * dk), nv = (size_t)(B * H * T * dv);
+    float *q = floats(nq, -1, 1), *k = floats(nq, -1, 1), *v = floats(nv, -1, 1);
+    float *g = floats((size_t)(B * H * T), -0.5f, 0), *beta = floats((size_t)(B * H * T), 0, 1);
+    float *s1 = floats((size_t)(B * H * dk * dv), -0.2f, 0.2f), *z1 = floats((size_t)(B * H * dk), 0.5f, 1);
+    float *s2 = copy_of(s1, (size_t)(B * H * dk * dv)), *z2 = copy_of(z1, (size_t)(B * H * dk));
+    float *o1 = floats(nv, 0, 0), *o2 = floats(nv, 0, 0);
+    ck_assert(delta ? linattn_delta_forward(&cfg, q, k, v, g, beta, o1, s1) == LINATTN_OK
+                    : linattn_forward(&cfg, q, k, v, g, o1, s1, z1) == LINATTN_OK);
+    linattn_operands ops;
+    linattn_operands_init(&ops);
+    ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = delta ? beta : NULL;
+    ops.o = o2, ops.s = s2, ops.z = delta ? NULL : z2;
+    linattn_plan *plan;
+    const linattn_op op = delta ? LINATTN_OP_DELTA_FORWARD : LINATTN_OP_FORWARD;
+    ck_assert_msg(linattn_plan_create(&plan, op, &cfg, &ops) == LINATTN_OK, "%s",
+                  linattn_last_error());
+    void *ws = aligned_alloc(64, linattn_plan_workspace_size(plan));
+    for (int64_t u = linattn_plan_units(plan) - 1; u >= 0; u--) /* backwards, one at a time */
+        ck_assert(linattn_plan_run(plan, u, 1, ws) == LINATTN_OK);
+    free(ws);
+    linattn_plan_destroy(plan);
+    ck_assert_msg(memcmp(o1, o2, nv * sizeof(float)) == 0, "plan o differs from the 0.2 call");
+    ck_assert_msg(memcmp(s1, s2, (size_t)(B * H * dk * dv) * sizeof(float)) == 0,
+                  "plan s differs from the 0.2 call");
+    free(q), free(k), free(v), free(g), free(beta), free(s1), free(z1), free(s2), free(z2);
+    free(o1), free(o2);
+}
+END_TEST
+
+/* ---- bad input: status, message naming sequence/slot/field, nothing written */
+
+static void expect_refused(world *w, linattn_status want, const char *sub)
+{
+    const scenario *sc = &w->sc;
+    const size_t tok = (size_t)(w->B * w->T * sc->H);
+    const size_t state = (size_t)(sc->slots * sc->H * sc->dk * sc->dv);
+    float *o0 = copy_of(w->o, tok * (size_t)sc->dv), *s0 = copy_of(w->s, state);
+    const linattn_status st = linattn_run(world_op(w), &w->cfg, &w->ops);
+    ck_assert_msg(st == want, "status %d (%s), expected %d", st, linattn_last_error(), want);
+    ck_assert_error_has(sub);
+    linattn_plan *p = (linattn_plan *)1;
+    ck_assert_int_eq(linattn_plan_create(&p, world_op(w), &w->cfg, &w->ops), want);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(memcmp(o0, w->o, tok * (size_t)sc->dv * sizeof(float)) == 0, "o written");
+    ck_assert_msg(memcmp(s0, w->s, state * sizeof(float)) == 0, "pool written");
+    free(o0), free(s0);
+}
+
+START_TEST(bad_slots_and_seqlens)
+{
+    const int delta = _i;
+    world w;
+    scenario sc = scenario_mixed(delta, 1, 1, 0, 1);
+    world_make(&w, &sc);
+    w.sc.rd[3] = 19; /* == slots */
+    expect_refused(&w, LINATTN_E_ARG, "read_slots[3] = 19 (sequence 3)");
+    w.sc.rd[3] = 7, w.sc.wr[6] = 400;
+    expect_refused(&w, LINATTN_E_ARG, "write_slots[6] = 400");
+    w.sc.wr[6] = 4; /* sequence 0 writes 4 too */
+    expect_refused(&w, LINATTN_E_OVERLAP, "both write slot 4");
+    w.sc.wr[6] = 7; /* sequence 3 reads 7 */
+    expect_refused(&w, LINATTN_E_OVERLAP, "which sequence 3 reads");
+    w.sc.wr[6] = 3;
+    w.cu[4] = w.cu[3] - 1;
+    expect_refused(&w, LINATTN_E_ARG, "cu_seqlens[4]");
+    w.cu[4] = w.cu[5];
+    w.cu[8]++;
+    expect_refused(&w, LINATTN_E_ARG, "cfg->seq_len");
+    w.cu[8]--;
+    w.cfg.batch = 2;
+    expect_refused(&w, LINATTN_E_ARG, "batch must be 1");
+    w.cfg.batch = 1;
+    w.pool.slots = 0;
+    expect_refused(&w, LINATTN_E_SHAPE, "pool->slots");
+    w.pool.slots = sc.slots;
+    w.pool.row = -1;
+    expect_refused(&w, LINATTN_E_STRIDE, "pool->row");
+    w.pool.row = w.s_row;
+    w.pool.col = 0;
+    expect_refused(&w, LINATTN_E_OVERLAP, "pool's strides");
+    w.pool.col = w.s_col;
+    w.pool.snapshots = 2, w.pool.snapshot_slots = NULL;
+    expect_refused(&w, LINATTN_E_NULL, "snapshot_slots");
+    w.pool.snapshots = 0;
+    w.ops.s = w.o; /* the pool over o */
+    expect_refused(&w, LINATTN_E_OVERLAP, "overlaps the state pool");
+    w.ops.s = w.s;
+    w.cfg.dtype = LINATTN_BF16;
+    expect_refused(&w, LINATTN_E_ARG, "cfg->dtype");
+    w.cfg.dtype = LINATTN_F32;
+    w.ops.struct_size = 8;
+    expect_refused(&w, LINATTN_E_ARG, "ops->struct_size");
+    w.ops.struct_size = sizeof w.ops;
+    /* and after all that, the call runs */
+    ck_assert_msg(linattn_run(world_op(&w), &w.cfg, &w.ops) == LINATTN_OK, "%s",
+                  linattn_last_error());
+    world_free(&w);
+}
+END_TEST
+
+START_TEST(bad_snapshot_slot_and_step_cu)
+{
+    world w;
+    scenario sc = {.delta = 1, .packed = 1, .threads = 1, .N = 2, .H = 1, .dk = 4, .dv = 4,
+                   .K = 2, .slots = 6, .lens = {3, 2}, .rd = {0, 1}, .wr = {0, 1},
+                   .snap = {2, 3, 4, 6}};
+    world_make(&w, &sc);
+    expect_refused(&w, LINATTN_E_ARG, "snapshot_slots[1][1] = 6 (sequence 1)");
+    w.sc.snap[3] = 2; /* sequence 0 snapshots into 2 too */
+    expect_refused(&w, LINATTN_E_OVERLAP, "both write slot 2");
+    w.sc.snap[3] = 5;
+    ck_assert(linattn_run(world_op(&w), &w.cfg, &w.ops) == LINATTN_OK);
+    world_free(&w);
+}
+END_TEST
+
+START_TEST(plan_run_bad_ranges)
+{
+    world w;
+    scenario sc = scenario_mixed(1, 0, 1, 0, 1);
+    world_make(&w, &sc);
+    linattn_plan *p;
+    ck_assert(linattn_plan_create(&p, world_op(&w), &w.cfg, &w.ops) == LINATTN_OK);
+    const int64_t u = linattn_plan_units(p);
+    void *ws = aligned_alloc(64, linattn_plan_workspace_size(p));
+    ck_assert_int_eq(linattn_plan_run(p, u, 1, ws), LINATTN_E_ARG);
+    ck_assert_error_has("outside the plan");
+    ck_assert_int_eq(linattn_plan_run(p, -1, 1, ws), LINATTN_E_ARG);
+    ck_assert_int_eq(linattn_plan_run(p, 0, 1, NULL), LINATTN_E_NULL);
+    ck_assert_int_eq(linattn_plan_run(p, 0, 1, (char *)ws + 4), LINATTN_E_ARG);
+    ck_assert_int_eq(linattn_plan_run(p, u, 0, ws), LINATTN_OK);
+    free(ws);
+    linattn_plan_destroy(p);
+    linattn_plan_destroy(NULL);
+    world_free(&w);
+}
+END_TEST
+
+static Suite *serve_suite(void)
+{
+    Suite *s = suite_create("serve");
+    TCase *pool = tcase_create("pool");
+    tcase_set_timeout(pool, 120);
+    tcase_add_loop_test(pool, pool_matches_separate_calls, 0, 16);
+    tcase_add_loop_test(pool, batched_decode, 0, 4);
+    tcase_add_loop_test(pool, snapshots_match_stepping, 0, 4);
+    tcase_add_test(pool, spec_decode_form);
+    suite_add_tcase(s, pool);
+    TCase *plans = tcase_create("plans");
+    tcase_set_timeout(plans, 120);
+    tcase_add_loop_test(plans, plan_units_from_pthreads, 0, 4);
+    tcase_add_loop_test(plans, plan_of_contiguous_call, 0, 2);
+    suite_add_tcase(s, plans);
+    TCase *bad = tcase_create("bad_input");
+    tcase_add_loop_test(bad, bad_slots_and_seqlens, 0, 2);
+    tcase_add_test(bad, bad_snapshot_slot_and_step_cu);
+    tcase_add_test(bad, plan_run_bad_ranges);
+    suite_add_tcase(s, bad);
+    return s;
+}
+
+int main(void)
+{
+    test_seed();
+    SRunner *sr = srunner_create(serve_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

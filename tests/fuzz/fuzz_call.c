@@ -326,6 +326,13 @@ typedef struct {
     int64_t offset[NBUF];/* floats from the host's data */
     float *ptr[NBUF];
     int must_fail, layout_bad, ambiguous;
+    /* The 0.3 serving form (byte after the regimes; 0: the 0.2 entry point):
+     * 1 linattn_run as is, 2 the state as a K-first pool of B slots, 3 a
+     * V-first pool, 4 hostile read/write/snapshot slots, 5 cu_seqlens. */
+    int serve, no_ref;
+    linattn_state_pool pool;
+    int32_t rd[8], wr[8], snap[8 * 4];
+    int64_t cu[6], nseq;
     unsigned regime[NBUF];
     char why[160];
 } call;
@@ -715,6 +722,19 @@ static const char *last_error_text(void)
 static linattn_status invoke(const call *c, const linattn_config *cfg)
 {
     float *const *p = c->ptr;
+    if (c->serve) {
+        static const linattn_op ops_of[4] = {LINATTN_OP_FORWARD, LINATTN_OP_STEP,
+                                             LINATTN_OP_DELTA_FORWARD, LINATTN_OP_DELTA_STEP};
+        linattn_operands ops;
+        linattn_operands_init(&ops);
+        ops.q = p[BQ], ops.k = p[BK], ops.v = p[BV], ops.g = p[BG], ops.beta = p[BBETA];
+        ops.o = p[BO], ops.s = p[BS], ops.z = p[BZ];
+        if (c->serve >= 2 && c->serve <= 4)
+            ops.pool = &c->pool;
+        if (c->serve == 5)
+            ops.cu_seqlens = c->cu, ops.num_seqs = c->nseq;
+        return linattn_run(ops_of[c->kind], cfg, &ops);
+    }
     switch (c->kind) {
     case KIND_FORWARD: return linattn_forward(cfg, p[BQ], p[BK], p[BV], p[BG], p[BO], p[BS], p[BZ]);
     case KIND_STEP: return linattn_step(cfg, p[BQ], p[BK], p[BV], p[BG], p[BO], p[BS], p[BZ]);
@@ -851,6 +871,136 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out
     free(q), free(k), free(v), free(g), free(beta), free(ro), free(rd), free(rs), free(rz);
 }
 
+/* ---- the serving form (linattn_run) ------------------------------------- */
+
+static int32_t hostile_slot(reader *r, int64_t n, int64_t B)
+{
+    const unsigned b = u8(r);
+    const int64_t opts[] = {n, -1, (n + 1) % (B > 0 ? B : 1), B, INT32_MAX, INT32_MIN, 0,
+                            B - 1 - n, -7, n};
+    return (int32_t)opts[b % 10];
+}
+
+/* Decodes the serving form; before the contract model runs. */
+static void decode_serve(reader *r, call *c)
+{
+    const unsigned m = u8(r);
+    c->serve = m < 128 ? 0 : (int)(m % 6);
+    const linattn_config *f = &c->cfg;
+    const int64_t B = f->batch, H = f->heads, dk = f->dk, dv = f->dv;
+    const int vfirst = c->serve == 3 || (c->serve == 4 && (m & 64));
+    c->pool = (linattn_state_pool){.slots = B, .slot = wmul(wmul(H, dk), dv), .head = wmul(dk, dv),
+                                   .row = vfirst ? 1 : dv, .col = vfirst ? dk : 1,
+                                   .z_slot = wmul(H, dk), .z_head = dk};
+    if (c->serve == 4 && B >= 1 && B <= 8) {
+        const unsigned use = u8(r);
+        for (int64_t n = 0; n < B; n++) {
+            c->rd[n] = hostile_slot(r, n, B);
+            c->wr[n] = hostile_slot(r, n, B);
+        }
+        c->pool.read_slots = use & 1 ? c->rd : NULL;
+        c->pool.write_slots = use & 2 ? c->wr : NULL;
+        const int64_t Ks[8] = {0, 0, 1, 2, 4, -1, 1, 3};
+        c->pool.snapshots = Ks[(use >> 2) % 8];
+        for (int64_t i = 0; i < B * (c->pool.snapshots > 0 ? c->pool.snapshots : 0); i++)
+            c->snap[i] = hostile_slot(r, i % B, B);
+        c->pool.snapshot_slots = c->pool.snapshots > 0 ? c->snap : NULL;
+        if (use & 32) /* a pool slot count that is not B */
+            c->pool.slots = (use & 64) ? B - 1 : INT64_MAX;
+    } else if (c->serve == 4) {
+        c->serve = 2;
+    }
+    if (c->serve == 5) {
+        const unsigned b = u8(r);
+        c->nseq = 1 + b % 4;
+        const int64_t T = f->seq_len;
+        for (int64_t n = 0; n <= c->nseq; n++)
+            c->cu[n] = (int64_t)(((wide)T * n) / c->nseq);
+        switch ((b >> 2) % 8) {
+        case 5: c->cu[c->nseq] = wadd(T, 1); break;
+        case 6: c->cu[0] = 1; break;
+        case 7: if (c->nseq > 1) c->cu[1] = wadd(c->cu[2], 1); break;
+        default: break;
+        }
+        if ((b >> 5) == 7)
+            c->nseq = 0;
+        /* no state: a packed call's contiguous state is [num_seqs][H][dk][dv] */
+        c->used[BS] = c->used[BZ] = 0;
+        c->place[BS] = c->place[BZ] = 2;
+    }
+}
+
+/* What linattn_run must refuse beyond the 0.2 rules. */
+static void serve_rules(call *c)
+{
+    if (!c->serve)
+        return;
+    const linattn_config *f = &c->cfg;
+    const int step = c->kind == KIND_STEP || c->kind == KIND_DELTA_STEP;
+    const int delta = c->kind >= KIND_DELTA_FORWARD;
+    if (f->struct_size != sizeof *f)
+        fail_reason(c, "linattn_run needs the current config");
+    c->no_ref = c->serve >= 3;
+    if (c->serve == 5) {
+        if (step)
+            fail_reason(c, "cu_seqlens on a step");
+        if (f->batch != 1)
+            fail_reason(c, "cu_seqlens with batch != 1");
+        if (c->nseq < 1)
+            fail_reason(c, "num_seqs < 1");
+        else if (c->cu[0] != 0 || c->cu[c->nseq] != f->seq_len)
+            fail_reason(c, "cu_seqlens ends");
+        for (int64_t n = 0; n < c->nseq; n++)
+            if (c->cu[n + 1] < c->cu[n])
+                fail_reason(c, "cu_seqlens falls");
+        return;
+    }
+    if (c->serve < 2)
+        return;
+    if (!c->used[BS] || c->place[BS] >= 2)
+        fail_reason(c, "a pool without s");
+    if (!delta && f->normalize == 1 && (!c->used[BZ] || c->place[BZ] >= 2))
+        fail_reason(c, "a normalising pool without z");
+    const linattn_state_pool *p = &c->pool;
+    if (p->snapshots < 0)
+        fail_reason(c, "snapshots < 0");
+    if (p->slots == INT64_MAX)
+        fail_reason(c, "a pool larger than memory");
+    if (c->serve != 4 || p->slots < 1 || f->batch < 1 || f->batch > 8)
+        return;
+    const int64_t B = f->batch, K = p->snapshots > 0 ? p->snapshots : 0, T = step ? 1 : f->seq_len;
+    int64_t rd[8], wr[8];
+    for (int64_t n = 0; n < B; n++) {
+        rd[n] = p->read_slots ? p->read_slots[n] : n;
+        wr[n] = p->write_slots ? p->write_slots[n] : rd[n];
+        if (rd[n] >= p->slots || wr[n] >= p->slots)
+            fail_reason(c, "slot past the pool");
+        for (int64_t j = 0; j < K; j++)
+            if (c->snap[n * K + j] >= p->slots)
+                fail_reason(c, "snapshot slot past the pool");
+        rd[n] = rd[n] < 0 ? -1 : rd[n], wr[n] = wr[n] < 0 ? -1 : wr[n];
+    }
+    /* writes of each live sequence: its write slot and its snapshots within the sequence */
+    for (int64_t n = 0; n < B; n++) {
+        if (rd[n] < 0 && wr[n] < 0)
+            continue;
+        for (int64_t x = -1; x < K; x++) {
+            const int64_t w = x < 0 ? wr[n] : (T - K + x >= 0 ? c->snap[n * K + x] : -1);
+            if (w < 0)
+                continue;
+            for (int64_t m = 0; m < B; m++) {
+                if (m == n || (rd[m] < 0 && wr[m] < 0))
+                    continue;
+                if (rd[m] == w || wr[m] == w)
+                    fail_reason(c, "slot written by one sequence and used by another");
+                for (int64_t y = 0; y < K; y++)
+                    if (T - K + y >= 0 && c->snap[m * K + y] == w)
+                        fail_reason(c, "slot written by two sequences");
+            }
+        }
+    }
+}
+
 static int run(const uint8_t *data, size_t size)
 {
     reader r = {data, size, 0};
@@ -860,6 +1010,7 @@ static int run(const uint8_t *data, size_t size)
     unsigned regime[NBUF];
     for (int i = 0; i < NBUF; i++)
         c.regime[i] = regime[i] = u8(&r);
+    decode_serve(&r, &c);
 
     const int delta = c.kind >= KIND_DELTA_FORWARD;
     if (delta && !(linattn_delta_forward && linattn_delta_step))
@@ -868,6 +1019,7 @@ static int run(const uint8_t *data, size_t size)
 
     mark_layouts_bad(&c);
     config_rules(&c);
+    serve_rules(&c);
     if ((!have_groups && (c.qk_heads != f->heads || c.head_map != LINATTN_HEADS_GROUPED)) ||
         (!have_l2norm && c.qk_l2norm != 0))
         return 0;
@@ -1093,7 +1245,7 @@ static int run(const uint8_t *data, size_t size)
         }
         const wide ref_work =
             smul(smul(f->batch, f->heads), smul(c.T, smul(f->dk, f->dv) + f->dk + f->dv));
-        if (finite_inputs && ref_work <= REF_WORK && !c.ambiguous)
+        if (finite_inputs && ref_work <= REF_WORK && !c.ambiguous && !c.no_ref)
             for (int64_t b = 0; b < f->batch; b++)
                 for (int64_t h = 0; h < f->heads; h++) {
                     const float *s_out = c.used[BS] ? c.ptr[BS] + (b * f->heads + h) * f->dk * f->dv : NULL;

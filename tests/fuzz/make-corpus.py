@@ -51,7 +51,7 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
          threads=1, qk_heads_byte=0, head_map=0, l2_flip=0, struct_byte=0,
          cfg_null=False, q="contig", k="contig", v="contig", o="contig", g="contig",
          beta="contig", k_same_as_q=False, state_byte=0, place=None, seed=1,
-         regimes=None, raw_dims=None, g_head_byte=0, q_extra=(), o_extra=()):
+         regimes=None, raw_dims=None, g_head_byte=0, q_extra=(), o_extra=(), serve=()):
     b = [KINDS[kind]]
     if raw_dims:
         b += raw_dims
@@ -85,7 +85,13 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
     b += list(struct.pack(">Q", seed))
     regimes = regimes or {}
     b += [regimes.get(name, 0) for name in BUFS]
+    b += list(serve)  # the serving form: decode_serve() in fuzz_call.c
     return bytes(b)
+
+
+# serving form byte (>= 128; % 6 picks the form): decode_serve() in fuzz_call.c
+SERVE = {"run": 133, "pool": 134, "pool_vfirst": 135, "slots": 136, "slots_vfirst": 196,
+         "cu": 137}
 
 
 def seeds():
@@ -157,6 +163,29 @@ def seeds():
     s["delta-forward-long"] = call(kind="delta_forward", B=1, H=1, T=200, gate="channel",
                                    algo="chunked", threads=2, phi="identity")
     s["delta-step-grouped"] = call(kind="delta_step", H=4, qk_heads_byte=2, gate="token")
+    # The serving form through linattn_run: pools, slots, snapshots, cu_seqlens.
+    s["serve-run-forward"] = call(gate="token", serve=[SERVE["run"]])
+    s["serve-pool-delta"] = call(kind="delta_forward", gate="token", phi="identity",
+                                 serve=[SERVE["pool"]])
+    s["serve-pool-vfirst-forward"] = call(gate="channel", threads=2, serve=[SERVE["pool_vfirst"]])
+    s["serve-pool-vfirst-step"] = call(kind="delta_step", gate="token", phi="identity", B=3,
+                                       serve=[SERVE["pool_vfirst"]])
+    # slots: read = write = (n + 1) % B, one snapshot each (skipped: -1)
+    s["serve-slots-permuted"] = call(kind="delta_forward", B=3, gate="token", phi="identity",
+                                     threads=2, serve=[SERVE["slots_vfirst"], 3 | 2 << 2,
+                                                       2, 2, 2, 2, 2, 2, 1, 1, 1])
+    # every sequence writes slot 0: refused
+    s["serve-slots-conflict"] = call(kind="forward", B=3, gate="token",
+                                     serve=[SERVE["slots"], 3, 0, 6, 0, 6, 0, 6])
+    # snapshots K = 4 into slots past the pool
+    s["serve-snapshots-bad"] = call(kind="delta_forward", B=2, gate="token", phi="identity",
+                                    serve=[SERVE["slots"], 3 | 4 << 2, 0, 0, 0, 0] + [3] * 8)
+    s["serve-cu-4seqs"] = call(B=1, T=40, gate="token", threads=2, serve=[SERVE["cu"], 3])
+    s["serve-cu-delta"] = call(kind="delta_forward", B=1, T=33, gate="channel", phi="identity",
+                               serve=[SERVE["cu"], 2])
+    s["serve-cu-bad-end"] = call(B=1, T=40, serve=[SERVE["cu"], 3 | 5 << 2])
+    s["serve-cu-falling"] = call(kind="delta_forward", B=1, T=40, phi="identity",
+                                 serve=[SERVE["cu"], 3 | 7 << 2])
     # Inputs the fuzzer found, kept byte for byte as regression seeds.
     s["found-avx2-token-stride-T1"] = bytes(
         [0, 19, 9, 0, 3, 0, 0, 1, 16, 0, 0, 0, 0, 47] + [118] * 31 + [15, 0])

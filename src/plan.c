@@ -140,9 +140,22 @@ static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
     /* z belongs to the unit of column 0 (the additive family has one tile) */
     float *Wz_pool = tile == 0 && sv->z ? Wz : NULL;
     void *kws = ws + p->state_bytes;
-    state_load(sv, rd, h, j0, nj, W, Wz_pool);
-    if (Wz && !Wz_pool)
-        memset(Wz, 0, (size_t)(c->dk * (1 + c->z_compensated)) * sizeof(float));
+    /* A K-first pool without snapshots is worked on in place: the write
+     * slot starts as the read slot's state (or zeros) and the kernels run
+     * on it, so a decode step copies nothing. Otherwise the unit works on a
+     * K-first copy in its workspace (same arithmetic, same bits). */
+    const int in_place = wr >= 0 && sv->K == 0 && sv->s_col == 1 && sv->s_row == c->dv &&
+                         (Wz == NULL || sv->z != NULL);
+    if (in_place) {
+        W = la_serve_state(sv, wr, h);
+        Wz = la_serve_z(sv, wr, h); /* NULL but for the additive family, one tile */
+        if (rd != wr)
+            state_load(sv, rd, h, j0, nj, W, Wz);
+    } else {
+        state_load(sv, rd, h, j0, nj, W, Wz_pool);
+        if (Wz && !Wz_pool)
+            memset(Wz, 0, (size_t)(c->dk * (1 + c->z_compensated)) * sizeof(float));
+    }
     const int64_t first = len - sv->K; /* position of snapshot 0 */
     const int64_t pre = first > 0 ? first : 0;
     if (sv->K == 0 || pre > 0) {
@@ -156,7 +169,7 @@ static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
         if (slot >= 0)
             state_store(sv, slot, h, j0, nj, W, Wz_pool);
     }
-    if (wr >= 0)
+    if (wr >= 0 && !in_place)
         state_store(sv, wr, h, j0, nj, W, Wz_pool);
 }
 

@@ -462,7 +462,32 @@ enum {
  * num_threads, head_map, qk_l2norm, z_compensated; layout, gate, phi, algo
  * and head_map by name, gate None meaning: from g's number of dimensions.
  * 0, or -1 with an exception set. */
-static int compute(PyObject *const *args)
+/* The serving form (run_pool): index arrays (int32 numpy arrays or None),
+ * cu_seqlens (int64 or None) and the pool's order. */
+typedef struct {
+    PyObject *rd, *wr, *snap, *cu;
+    int vfirst;
+} pool_args;
+
+/* A C-contiguous 1-d or 2-d integer array of `itemsize` bytes. */
+static int acquire_ints(PyObject *obj, const char *name, Py_ssize_t itemsize, Py_buffer *b)
+{
+    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        return -1;
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@')
+        f++;
+    const int integer = strchr("bhilqBHILQ", *f) != NULL && f[1] == 0;
+    if (!integer || b->itemsize != itemsize) {
+        PyErr_Format(PyExc_TypeError, "%s: expected int%d, got %s", name, (int)itemsize * 8,
+                     b->format ? b->format : "?");
+        PyBuffer_Release(b);
+        return -1;
+    }
+    return 0;
+}
+
+static int compute(PyObject *const *args, const pool_args *pa)
 {
     long long kind, layout, gate = -1, phi, algo, causal, normalize, chunk, threads, head_map,
               l2, zc;
@@ -516,6 +541,9 @@ static int compute(PyObject *const *args)
     view q, k, v, g, beta, o, s, z;
     q.held = k.held = v.held = g.held = beta.held = o.held = s.held = z.held = 0;
     int ret = -1;
+    linattn_state_pool pool = {0};
+    Py_buffer ib[4];
+    int ib_held[4] = {0, 0, 0, 0};
     if (acquire(args[2], "q", qk_axes, qk_shape, 0, &q) ||
         acquire(args[3], "k", qk_axes, qk_shape, 0, &k) ||
         acquire(args[4], "v", qk_axes, v_shape, 0, &v) ||
@@ -557,12 +585,46 @@ static int compute(PyObject *const *args)
             same(&beta, "beta", "tokens", 2, T))
             goto done;
     }
-    if (s_obj != Py_None) {
+    if (pa && s_obj != Py_None) {
+        /* the pool: [slots, H, K, V] (V-first: [slots, H, V, K]), any strides */
+        if (acquire(s_obj, "initial_state", "xxxx", "[slots, H, K, V]", 1, &s))
+            goto done;
+        const Py_ssize_t *sh = s.buf.shape, *sb = s.buf.strides;
+        const int64_t r = pa->vfirst ? dv : dk, c = pa->vfirst ? dk : dv;
+        if (sh[1] != H || sh[2] != r || sh[3] != c) {
+            PyErr_Format(PyExc_ValueError,
+                         "initial_state: expected a pool [slots, %lld, %lld, %lld] (%s), got "
+                         "[%zd, %zd, %zd, %zd]",
+                         (long long)H, (long long)r, (long long)c,
+                         pa->vfirst ? "V-first" : "K-first", sh[0], sh[1], sh[2], sh[3]);
+            goto done;
+        }
+        for (int i = 0; i < 4; i++)
+            if (sb[i] % 4) {
+                PyErr_SetString(PyExc_ValueError, "initial_state: strides must be whole floats");
+                goto done;
+            }
+        pool.slots = sh[0];
+        pool.slot = sb[0] / 4, pool.head = sb[1] / 4;
+        pool.row = (pa->vfirst ? sb[3] : sb[2]) / 4;
+        pool.col = (pa->vfirst ? sb[2] : sb[3]) / 4;
+    } else if (s_obj != Py_None) {
         const int64_t want[4] = {B, H, dk, dv};
         if (acquire_packed(s_obj, "s", "[B, H, K, V]", 4, want, &s))
             goto done;
     }
-    if (z_obj != Py_None) {
+    if (pa && z_obj != Py_None) {
+        if (acquire(z_obj, "z", "xxx", "[slots, H, K]", 1, &z))
+            goto done;
+        const Py_ssize_t *sh = z.buf.shape, *sb = z.buf.strides;
+        if (sh[0] != pool.slots || sh[1] != H || sh[2] != dk * (zc == 1 ? 2 : 1) ||
+            (sh[2] > 1 && sb[2] != 4) || sb[0] % 4 || sb[1] % 4) {
+            PyErr_Format(PyExc_ValueError, "z: expected [%lld, %lld, %lld] with contiguous rows",
+                         (long long)pool.slots, (long long)H, (long long)dk);
+            goto done;
+        }
+        pool.z_slot = sb[0] / 4, pool.z_head = sb[1] / 4;
+    } else if (z_obj != Py_None) {
         /* Compensated: per (b, h), dk sums, then dk rounding errors. */
         const int64_t plain[3] = {B, H, dk}, compensated[4] = {B, H, 2, dk};
         if (zc == 1 ? acquire_packed(z_obj, "z", "[B, H, 2, K]", 4, compensated, &z)
@@ -600,6 +662,40 @@ static int compute(PyObject *const *args)
     const float *gp = g.held ? g.buf.buf : NULL, *bp = beta.held ? beta.buf.buf : NULL;
     float *sp = s.held ? s.buf.buf : NULL, *zp = z.held ? z.buf.buf : NULL;
     linattn_status st;
+    if (pa) {
+        PyObject *const objs[4] = {pa->rd, pa->wr, pa->snap, pa->cu};
+        static const char *const names[4] = {"read slots", "write slots", "snapshot slots",
+                                             "cu_seqlens"};
+        for (int i = 0; i < 4; i++)
+            if (objs[i] != Py_None) {
+                if (acquire_ints(objs[i], names[i], i == 3 ? 8 : 4, &ib[i]))
+                    goto done;
+                ib_held[i] = 1;
+            }
+        const int64_t nseq = ib_held[3] ? (int64_t)(ib[3].len / 8) - 1 : B;
+        for (int i = 0; i < 3; i++)
+            if (ib_held[i] && ib[i].len / 4 < nseq * (i == 2 ? (int64_t)(ib[2].ndim == 2 ? ib[2].shape[1] : 1) : 1)) {
+                PyErr_Format(PyExc_ValueError, "%s: %zd entries for %lld sequences", names[i],
+                             ib[i].len / 4, (long long)nseq);
+                goto done;
+            }
+        pool.read_slots = ib_held[0] ? ib[0].buf : NULL;
+        pool.write_slots = ib_held[1] ? ib[1].buf : NULL;
+        if (ib_held[2]) {
+            pool.snapshot_slots = ib[2].buf;
+            pool.snapshots = ib[2].ndim == 2 ? ib[2].shape[1] : 1;
+        }
+        linattn_operands ops;
+        linattn_operands_init(&ops);
+        ops.q = q.buf.buf, ops.k = k.buf.buf, ops.v = v.buf.buf, ops.g = gp, ops.beta = bp;
+        ops.o = o.buf.buf, ops.s = sp, ops.z = zp;
+        ops.pool = sp ? &pool : NULL;
+        if (ib_held[3])
+            ops.cu_seqlens = ib[3].buf, ops.num_seqs = nseq;
+        Py_BEGIN_ALLOW_THREADS
+        st = linattn_run((linattn_op)kind, &cfg, &ops);
+        Py_END_ALLOW_THREADS
+    } else {
     Py_BEGIN_ALLOW_THREADS
     switch (kind) {
     case RUN_FORWARD:
@@ -616,12 +712,16 @@ static int compute(PyObject *const *args)
         break;
     }
     Py_END_ALLOW_THREADS
+    }
     if (st != LINATTN_OK) {
         raise_status(st);
         goto done;
     }
     ret = 0;
 done:
+    for (int i = 0; i < 4; i++)
+        if (ib_held[i])
+            PyBuffer_Release(&ib[i]);
     release(&q);
     release(&k);
     release(&v);
@@ -641,7 +741,25 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_TypeError, "run() takes %d positional arguments", N_ARGS);
         return NULL;
     }
-    if (compute(args) != 0)
+    if (compute(args, NULL) != 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* run_pool(kind, layout, q, ..., z_compensated, read, write, snapshots,
+ * cu_seqlens, v_first): linattn_run with s as a state pool [slots, H, K, V]
+ * ([slots, H, V, K] V-first) of any strides, z [slots, H, K]; index arrays
+ * int32 (snapshots [N, K]), cu_seqlens int64, each None or C-contiguous. */
+static PyObject *run_pool(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != N_ARGS + 5) {
+        PyErr_Format(PyExc_TypeError, "run_pool() takes %d positional arguments", N_ARGS + 5);
+        return NULL;
+    }
+    const pool_args pa = {args[N_ARGS], args[N_ARGS + 1], args[N_ARGS + 2], args[N_ARGS + 3],
+                          PyObject_IsTrue(args[N_ARGS + 4])};
+    if (compute(args, &pa) != 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -749,7 +867,7 @@ static PyObject *step(PyObject *self, PyObject *const *args, size_t nargsf, PyOb
             return NULL;
         a[A_O] = o;
     }
-    if (compute(a) != 0)
+    if (compute(a, NULL) != 0)
         Py_CLEAR(o);
     return o;
 }
@@ -897,6 +1015,8 @@ PyDoc_STRVAR(step_doc,
 
 static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "Run one linattn entry point."},
+    {"run_pool", (PyCFunction)(void (*)(void))run_pool, METH_FASTCALL,
+     "linattn_run with a state pool, slots and packed sequences."},
     {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL | METH_KEYWORDS, step_doc},
     {"set_output_maker", set_output_maker, METH_O,
      "The function step() calls as f(q, v) for an output when o is None."},

@@ -14,6 +14,7 @@ copies are made only where fla's own options ask for a transformation
 
 import numpy as np
 
+from . import _ext
 from ._api import _DELTA_FORWARD, _FORWARD, _call, as_numpy, wrap
 
 _BTHD = 'bthd'
@@ -37,9 +38,123 @@ def _flip(x):
     return None if x is None else np.ascontiguousarray(x[:, ::-1])
 
 
+def _ints(x, name, dtype):
+    """x as a C-contiguous numpy integer array (a copy only to change dtype)."""
+    if not isinstance(x, np.ndarray) and hasattr(x, 'numpy'):
+        x = x.detach().numpy()
+    a = np.ascontiguousarray(x, dtype=dtype)
+    if a.ndim not in (1, 2):
+        raise ValueError(f'{name}: expected [N] or [N, K], got shape {list(a.shape)}')
+    return a
+
+
+def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_state,
+              cu_seqlens, normalize, state_v_first, qk_l2norm, chunk, algo,
+              ssm_state_indices, num_accepted_tokens, inplace_final_state):
+    """One linattn_run call: the state as a pool addressed by strides (no
+    copy in place), slots from vLLM's index forms, cu_seqlens in C."""
+    qn, torch_out = as_numpy(q, 'q')
+    vn = as_numpy(v, 'v')[0]
+    if qn.ndim != 4 or vn.ndim != 4:
+        raise ValueError(f'q, k, v: expected [B, T, H, D] arrays, got q {qn.shape}, v {vn.shape}')
+    B, T, _, K = qn.shape
+    H, V = vn.shape[2], vn.shape[3]
+    if scale is None:
+        scale = K ** -0.5
+    cu = None
+    if cu_seqlens is not None:
+        if B != 1:
+            raise ValueError(f'The batch size is expected to be 1 rather than {B} when using '
+                             f'`cu_seqlens`. Please flatten variable-length inputs before '
+                             f'processing.')
+        cu = _ints(cu_seqlens, 'cu_seqlens', np.int64)
+    N = B if cu is None else len(cu) - 1
+    pool, zpool = initial_state, None
+    if isinstance(pool, tuple):
+        pool, zpool = pool if normalize else (pool[0], None)
+    rd = wr = snap = None
+    if ssm_state_indices is not None:
+        if pool is None:
+            raise ValueError('ssm_state_indices needs initial_state: the state pool')
+        idx = _ints(ssm_state_indices, 'ssm_state_indices', np.int32)
+        if idx.shape[0] != N:
+            raise ValueError(f'ssm_state_indices: {idx.shape[0]} rows for {N} sequences')
+        if idx.ndim == 1:
+            rd = idx  # read and write the same slot
+        else:
+            # vLLM's [N, K] form: read the slot of the last accepted token;
+            # the state after token j goes to idx[n, j], nothing else is written
+            Ks = idx.shape[1]
+            if num_accepted_tokens is None:
+                rd = np.ascontiguousarray(idx[:, 0])
+            else:
+                acc = _ints(num_accepted_tokens, 'num_accepted_tokens', np.int64)
+                if acc.shape != (N,) or (acc < 1).any() or (acc > Ks).any():
+                    raise ValueError(f'num_accepted_tokens: expected [{N}] values in 1..{Ks}')
+                rd = np.ascontiguousarray(idx[np.arange(N), acc - 1])
+            wr = np.full(N, -1, np.int32)
+            lens = np.full(N, T, np.int64) if cu is None else np.diff(cu)
+            if (lens > Ks).any():
+                raise ValueError(f'ssm_state_indices [N, {Ks}]: a sequence has more than '
+                                 f'{Ks} tokens')
+            # library snapshot j is the state after token len - K + j
+            src = np.arange(Ks)[None, :] - (Ks - lens)[:, None]
+            snap = np.where(src >= 0, idx[np.arange(N)[:, None], np.clip(src, 0, Ks - 1)],
+                            -1).astype(np.int32)
+            rd = np.where(idx[:, 0] < 0, -1, rd).astype(np.int32)  # a padded row
+    elif pool is not None:
+        shape = tuple(as_numpy(pool, 'initial_state')[0].shape)
+        want = (N, H, V, K) if state_v_first else (N, H, K, V)
+        if shape != want:
+            raise ValueError(f'initial_state: expected shape {list(want)}, got {list(shape)}')
+    made = False
+    if pool is None and (output_final_state or inplace_final_state):
+        pool = np.zeros((N, H, V, K) if state_v_first else (N, H, K, V), np.float32)
+        made = True
+    elif pool is not None and not inplace_final_state:
+        pool = np.array(as_numpy(pool, 'initial_state')[0], np.float32)  # the caller's stays
+        made = True
+    z = None
+    if normalize and pool is not None:
+        slots = as_numpy(pool, 'initial_state')[0].shape[0]
+        if zpool is None:
+            if not made:
+                raise ValueError('normalize with an in-place pool needs initial_state = '
+                                 '(S, z) with z [slots, 1, H, K]')
+            z = np.zeros((slots, H, K), np.float32)
+        else:
+            z = as_numpy(zpool, 'initial_state[1]')[0]
+            if not inplace_final_state:
+                z = np.array(z, np.float32)
+            z = z.reshape(slots, H, K)
+    if isinstance(pool, np.ndarray) and pool.dtype != np.float32:
+        raise TypeError(f'initial_state: dtype {pool.dtype}; linattn takes float32')
+    o = np.empty((B, T, H, V), np.float32)
+    _ext.run_pool(kind, _BTHD, q, k, v, g, beta, o, pool, z, gate, 'identity', algo, True,
+                  normalize, 1e-10, float(scale), chunk, 0, 'grouped', qk_l2norm, False,
+                  rd, wr, snap, cu, state_v_first)
+    final = None
+    if inplace_final_state:
+        final = initial_state
+    elif output_final_state:
+        final = wrap(pool, torch_out)
+        if normalize:
+            final = (final, wrap(z.reshape(-1, 1, H, K), torch_out))
+    return wrap(o, torch_out), final
+
+
 def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_state=None,
          output_final_state=False, cu_seqlens=None, normalize=False, reverse=False,
-         state_v_first=False, qk_l2norm=False, chunk=0, algo='auto'):
+         state_v_first=False, qk_l2norm=False, chunk=0, algo='auto', ssm_state_indices=None,
+         num_accepted_tokens=None, inplace_final_state=False):
+    if ssm_state_indices is not None or inplace_final_state or (cu_seqlens is not None and
+                                                                  not reverse):
+        if reverse:
+            raise NotImplementedError('reverse=True with a state pool or in place')
+        return _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state,
+                         output_final_state, cu_seqlens, normalize, state_v_first, qk_l2norm,
+                         chunk, algo, ssm_state_indices, num_accepted_tokens,
+                         inplace_final_state)
     q, torch_out = as_numpy(q, 'q')
     k = as_numpy(k, 'k')[0]
     v = as_numpy(v, 'v')[0]
@@ -167,28 +282,30 @@ def _gate_in_kernel(g, A_log, dt_bias, channel):
 # --- linear attention -------------------------------------------------------
 
 def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False,
-                      normalize=True, cu_seqlens=None):
+                      normalize=True, cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False):
     """fla.ops.linear_attn.chunk_linear_attn. With normalize, o is divided by
     q . (sum of k) + 1e-10 and the state is the pair (S [N, H, K, V],
     z [N, 1, H, K])."""
     return _run(_FORWARD, q, k, v, scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                normalize=normalize, algo='auto')
+                normalize=normalize, algo='auto',
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
 
 
 def fused_recurrent_linear_attn(q, k, v, scale=None, initial_state=None,
                                 output_final_state=False, reverse=False, normalize=False,
-                                cu_seqlens=None):
+                                cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False):
     """fla.ops.linear_attn.fused_recurrent_linear_attn (normalize off by default)."""
     return _run(_FORWARD, q, k, v, scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                normalize=normalize, reverse=reverse, algo='recurrent')
+                normalize=normalize, reverse=reverse, algo='recurrent',
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
 
 
 # --- gated linear attention -------------------------------------------------
 
 def _simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state, state_v_first,
-                cu_seqlens, reverse, algo, chunk):
+                cu_seqlens, reverse, algo, chunk, pool):
     if g is not None and g_gamma is not None:
         H = as_numpy(g_gamma, 'g_gamma')[0].shape[0]
         g, gate = _add(g, as_numpy(g_gamma, 'g_gamma')[0].reshape(1, 1, H)), 'token'
@@ -200,40 +317,43 @@ def _simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state, s
         gate = 'none'
     return _run(_FORWARD, q, k, v, g, gate, scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                reverse=reverse, state_v_first=state_v_first, algo=algo, chunk=chunk)
+                reverse=reverse, state_v_first=state_v_first, algo=algo, chunk=chunk, **pool)
 
 
 def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
                      output_final_state=False, state_v_first=False, cu_seqlens=None,
-                     cu_seqlens_cpu=None, **kwargs):
+                     cu_seqlens_cpu=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
     """fla.ops.simple_gla.chunk_simple_gla: g [B, T, H] per-token log-decay
     and/or g_gamma [H] per-head log-decay."""
     _no_head_first(kwargs)
     return _simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state,
                        state_v_first, cu_seqlens, False, 'auto',
-                       kwargs.get('chunk_size') or 0)
+                       kwargs.get('chunk_size') or 0,
+                       dict(ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state))
 
 
 def fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
                                output_final_state=False, reverse=False, state_v_first=False,
-                               cu_seqlens=None, **kwargs):
+                               cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
     """fla.ops.simple_gla.fused_recurrent_simple_gla."""
     _no_head_first(kwargs)
     return _simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state,
-                       state_v_first, cu_seqlens, reverse, 'recurrent', 0)
+                       state_v_first, cu_seqlens, reverse, 'recurrent', 0,
+                       dict(ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state))
 
 
 def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False,
-              state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None):
+              state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False):
     """fla.ops.gla.chunk_gla: g [B, T, H, K] per-channel log-decay."""
     return _run(_FORWARD, q, k, v, g, 'channel', scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                state_v_first=state_v_first, algo='auto')
+                state_v_first=state_v_first, algo='auto',
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
 
 
 def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=None,
                         output_final_state=False, reverse=False, state_v_first=False,
-                        cu_seqlens=None, **kwargs):
+                        cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
     """fla.ops.gla.fused_recurrent_gla: gk [B, T, H, K]; gv (value-channel
     decay) is not supported."""
     _no_head_first(kwargs)
@@ -242,11 +362,12 @@ def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=Non
     return _run(_FORWARD, q, k, v, gk, 'channel' if gk is not None else 'none', scale=scale,
                 initial_state=initial_state, output_final_state=output_final_state,
                 cu_seqlens=cu_seqlens, reverse=reverse, state_v_first=state_v_first,
-                algo='recurrent')
+                algo='recurrent',
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
 
 
 def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=False,
-                    cu_seqlens=None, **kwargs):
+                    cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
     """fla.ops.retention.chunk_retention: RetNet's fixed per-head decays,
     log(1 - 2 ** (-5 - h)) for head h."""
     _no_head_first(kwargs)
@@ -254,7 +375,8 @@ def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=
     g_gamma = np.log(1 - np.float32(2) ** (-5 - np.arange(H, dtype=np.float32)))
     return _run(_FORWARD, q, k, v, g_gamma.astype(np.float32), 'head', scale=scale,
                 initial_state=initial_state, output_final_state=output_final_state,
-                cu_seqlens=cu_seqlens, algo='auto', chunk=kwargs.get('chunk_size') or 0)
+                cu_seqlens=cu_seqlens, algo='auto', chunk=kwargs.get('chunk_size') or 0,
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
 
 
 # --- delta rule -------------------------------------------------------------
@@ -263,7 +385,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                            output_final_state=False, use_qk_l2norm_in_kernel=False,
                            use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
                            state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
-                           chunk_indices=None, cp_context=None, **kwargs):
+                           chunk_indices=None, cp_context=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
     """fla.ops.gated_delta_rule.chunk_gated_delta_rule (Gated DeltaNet):
     q, k [B, T, H, K], v [B, T, HV, V], g and beta [B, T, HV]."""
     _no_head_first(kwargs)
@@ -274,7 +396,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     beta = _beta(beta, q, v, use_beta_sigmoid_in_kernel, allow_neg_eigval)
     return _run(_DELTA_FORWARD, q, k, v, g, 'token', beta, scale, initial_state,
                 output_final_state, cu_seqlens, state_v_first=state_v_first,
-                qk_l2norm=use_qk_l2norm_in_kernel, algo='auto')
+                qk_l2norm=use_qk_l2norm_in_kernel, algo='auto',
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
 
 
 def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None,
@@ -282,7 +405,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                      use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
                                      A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
                                      allow_neg_eigval=False, state_v_first=False,
-                                     cu_seqlens=None, **kwargs):
+                                     cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
     """fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule: g [B, T, HV]
     and/or gk [B, T, HV, K]; beta None means ones; gv is not supported."""
     if gv is not None:
@@ -298,32 +421,35 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
         gate = 'token' if g is not None else 'none'
     return _run(_DELTA_FORWARD, q, k, v, g, gate, beta, scale, initial_state,
                 output_final_state, cu_seqlens, state_v_first=state_v_first,
-                qk_l2norm=use_qk_l2norm_in_kernel, algo='recurrent')
+                qk_l2norm=use_qk_l2norm_in_kernel, algo='recurrent',
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
 
 
 def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False,
                      use_qk_l2norm_in_kernel=False, cu_seqlens=None, cu_seqlens_cpu=None,
-                     **kwargs):
+                     ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
     """fla.ops.delta_rule.chunk_delta_rule (DeltaNet): beta [B, T, H]."""
     _no_head_first(kwargs)
     return _run(_DELTA_FORWARD, q, k, v, None, 'none', beta, scale, initial_state,
                 output_final_state, cu_seqlens, qk_l2norm=use_qk_l2norm_in_kernel,
-                algo='auto')
+                algo='auto',
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
 
 
 def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None, initial_state=None,
                                output_final_state=False, use_qk_l2norm_in_kernel=False,
-                               cu_seqlens=None):
+                               cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False):
     """fla.ops.delta_rule.fused_recurrent_delta_rule: beta None means ones."""
     beta = _beta(beta, q, v, False, False)
     return _run(_DELTA_FORWARD, q, k, v, None, 'none', beta, scale, initial_state,
                 output_final_state, cu_seqlens, qk_l2norm=use_qk_l2norm_in_kernel,
-                algo='recurrent')
+                algo='recurrent',
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
 
 
 def _kda(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
          use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-         allow_neg_eigval, lower_bound, state_v_first, cu_seqlens, algo):
+         allow_neg_eigval, lower_bound, state_v_first, cu_seqlens, algo, pool):
     if use_gate_in_kernel:
         if lower_bound is not None:
             raise NotImplementedError('lower_bound gate activations are not supported; '
@@ -332,7 +458,7 @@ def _kda(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_st
     beta = _beta(beta, q, v, use_beta_sigmoid_in_kernel, allow_neg_eigval)
     return _run(_DELTA_FORWARD, q, k, v, g, 'channel', beta, scale, initial_state,
                 output_final_state, cu_seqlens, state_v_first=state_v_first,
-                qk_l2norm=use_qk_l2norm_in_kernel, algo=algo)
+                qk_l2norm=use_qk_l2norm_in_kernel, algo=algo, **pool)
 
 
 def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
@@ -340,7 +466,7 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
               use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, safe_gate=False,
               lower_bound=None, disable_recompute=False, return_intermediate_states=False,
               state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, cp_context=None,
-              **kwargs):
+              ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
     """fla.ops.kda.chunk_kda (Kimi Delta Attention): g [B, T, HV, K]
     per-channel log-decay, beta [B, T, HV]."""
     _no_head_first(kwargs)
@@ -351,15 +477,17 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     return _kda(q, k, v, g, beta, kwargs.get('A_log'), kwargs.get('dt_bias'), scale,
                 initial_state, output_final_state, use_qk_l2norm_in_kernel,
                 use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-                lower_bound if safe_gate else None, state_v_first, cu_seqlens, 'auto')
+                lower_bound if safe_gate else None, state_v_first, cu_seqlens, 'auto',
+                dict(ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state))
 
 
 def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None,
                         initial_state=None, output_final_state=False,
                         use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
                         use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
-                        lower_bound=None, state_v_first=False, cu_seqlens=None, **kwargs):
+                        lower_bound=None, state_v_first=False, cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
     """fla.ops.kda.fused_recurrent_kda."""
     return _kda(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
                 use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-                allow_neg_eigval, lower_bound, state_v_first, cu_seqlens, 'recurrent')
+                allow_neg_eigval, lower_bound, state_v_first, cu_seqlens, 'recurrent',
+                dict(ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state))

@@ -617,6 +617,152 @@ def test_cu_seqlens_as_list_and_torch_style_errors():
     assert st.shape == (2, H, K, V)
 
 
+# --- state pools (vLLM / sglang conventions) ----------------------------------
+
+POOL_FNS = ['chunk_gated_delta_rule', 'fused_recurrent_gated_delta_rule', 'chunk_kda',
+            'fused_recurrent_kda', 'chunk_simple_gla', 'fused_recurrent_simple_gla',
+            'chunk_gla', 'fused_recurrent_gla']
+
+
+def _pool_args(fn, T):
+    q, k, v = f32(1, T, H, K, lo=0.1), f32(1, T, H, K, lo=0.1), f32(1, T, H, V)
+    kw = {}
+    if 'gated_delta' in fn or 'simple_gla' in fn:
+        kw['g'] = f32(1, T, H, lo=-1, hi=0)
+    else:
+        kw['gk' if fn == 'fused_recurrent_gla' else 'g'] = f32(1, T, H, K, lo=-1, hi=0)
+    if 'delta' in fn or 'kda' in fn:
+        kw['beta'] = f32(1, T, H, lo=0, hi=1)
+        kw['use_qk_l2norm_in_kernel'] = True
+    return q, k, v, kw
+
+
+def _cut(kw, sl):
+    return {a: (b[:, sl] if isinstance(b, np.ndarray) else b) for a, b in kw.items()}
+
+
+@pytest.mark.parametrize('fn', POOL_FNS)
+@pytest.mark.parametrize('v_first', [False, True])
+def test_pool_ssm_state_indices_in_place(fn, v_first):
+    """[N] indices: sequence n reads and writes slot idx[n] of the pool, in
+    place (the same object back, no copy), -1 is padding, other slots stay."""
+    lens = [6, 0, 9, 3]
+    cu = np.cumsum([0] + lens)
+    T, N = int(cu[-1]), len(lens)
+    q, k, v, kw = _pool_args(fn, T)
+    idx = np.array([5, 1, -1, 2], np.int32)
+    shape = (8, H, V, K) if v_first else (8, H, K, V)
+    pool = f32(*shape, lo=-0.3, hi=0.3)
+    pool0 = pool.copy()
+    f = getattr(linattn, fn)
+    o, st = f(q, k, v, initial_state=pool, ssm_state_indices=idx, inplace_final_state=True,
+              state_v_first=v_first, cu_seqlens=cu, **kw)
+    assert st is pool
+    for n in range(N):
+        sl = slice(cu[n], cu[n + 1])
+        if idx[n] < 0:
+            continue
+        h0 = pool0[idx[n]:idx[n] + 1]
+        if lens[n] == 0:
+            np.testing.assert_array_equal(pool[idx[n]], pool0[idx[n]])
+            continue
+        on, sn = f(q[:, sl], k[:, sl], v[:, sl], initial_state=h0, output_final_state=True,
+                   state_v_first=v_first, **_cut(kw, sl))
+        np.testing.assert_array_equal(o[:, sl], on)
+        np.testing.assert_array_equal(pool[idx[n]], sn[0])
+    for slot in (0, 3, 4, 6, 7):
+        np.testing.assert_array_equal(pool[slot], pool0[slot])
+
+
+@pytest.mark.parametrize('fn', ['fused_recurrent_gated_delta_rule', 'fused_recurrent_kda'])
+def test_pool_spec_indices_and_num_accepted_tokens(fn):
+    """[N, K] indices (speculative decoding): sequence n starts from slot
+    idx[n, num_accepted_tokens[n] - 1]; the state after its token j goes to
+    slot idx[n, j], and nothing else is written."""
+    Ks, lens = 4, [4, 2, 3]
+    cu = np.cumsum([0] + lens)
+    T, N = int(cu[-1]), len(lens)
+    q, k, v, kw = _pool_args(fn, T)
+    idx = np.arange(N * Ks, dtype=np.int32).reshape(N, Ks)
+    acc = np.array([1, 3, 2])
+    pool = f32(N * Ks + 2, H, V, K, lo=-0.3, hi=0.3)
+    pool0 = pool.copy()
+    f = getattr(linattn, fn)
+    o, _ = f(q, k, v, initial_state=pool, ssm_state_indices=idx, num_accepted_tokens=acc,
+             inplace_final_state=True, state_v_first=True, cu_seqlens=cu, **kw)
+    written = set()
+    for n in range(N):
+        h = pool0[idx[n, acc[n] - 1]][None]
+        for t in range(lens[n]):
+            sl = slice(cu[n] + t, cu[n] + t + 1)
+            on, h = f(q[:, sl], k[:, sl], v[:, sl], initial_state=h, output_final_state=True,
+                      state_v_first=True, **_cut(kw, sl))
+            np.testing.assert_array_equal(o[:, sl], on)
+            np.testing.assert_array_equal(pool[idx[n, t]], h[0])
+            written.add(int(idx[n, t]))
+    for slot in range(pool.shape[0]):
+        if slot not in written:
+            np.testing.assert_array_equal(pool[slot], pool0[slot])
+
+
+def test_pool_decode_in_place_allocates_no_state():
+    """A batched decode step on a 2 MiB pool with inplace_final_state=True
+    allocates nothing of the state's size and writes the pool in place."""
+    import tracemalloc
+    Hd, D, slots, Bd = 8, 64, 16, 4
+    pool = f32(slots, Hd, D, D, lo=-0.1, hi=0.1)
+    q, k, v = f32(Bd, 1, Hd, D), f32(Bd, 1, Hd, D), f32(Bd, 1, Hd, D)
+    g, beta = f32(Bd, 1, Hd, lo=-1, hi=0), f32(Bd, 1, Hd, lo=0, hi=1)
+    idx = np.array([3, 9, -1, 0], np.int32)
+    before = pool.copy()
+    args = dict(initial_state=pool, ssm_state_indices=idx, inplace_final_state=True,
+                state_v_first=True, use_qk_l2norm_in_kernel=True)
+    linattn.fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, **args)  # warm up
+    tracemalloc.start()
+    o, st = linattn.fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, **args)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert st is pool
+    assert peak < pool.nbytes // slots, peak  # less than one slot's state
+    assert not np.array_equal(pool[3], before[3])
+    np.testing.assert_array_equal(pool[[1, 2, 4, 5]], before[[1, 2, 4, 5]])
+
+
+def test_pool_errors_name_the_sequence():
+    q, k, v, kw = _pool_args('chunk_gated_delta_rule', 6)
+    pool = f32(4, H, K, V)
+    with pytest.raises(Exception, match='sequence 1'):
+        linattn.chunk_gated_delta_rule(q, k, v, initial_state=pool, inplace_final_state=True,
+                                       ssm_state_indices=np.array([0, 4], np.int32),
+                                       cu_seqlens=[0, 3, 6], **kw)
+    with pytest.raises(Exception, match='both write slot 2'):
+        linattn.chunk_gated_delta_rule(q, k, v, initial_state=pool, inplace_final_state=True,
+                                       ssm_state_indices=np.array([2, 2], np.int32),
+                                       cu_seqlens=[0, 3, 6], **kw)
+    with pytest.raises(ValueError, match='ssm_state_indices'):
+        linattn.chunk_gated_delta_rule(q, k, v, initial_state=pool, inplace_final_state=True,
+                                       ssm_state_indices=np.array([0], np.int32),
+                                       cu_seqlens=[0, 3, 6], **kw)
+
+
+def test_torch_pool_in_place():
+    torch = _torch()
+    T = 5
+    q, k, v, kw = _pool_args('fused_recurrent_gated_delta_rule', T)
+    pool = torch.from_numpy(f32(3, H, V, K, lo=-0.3, hi=0.3))
+    ref = pool.numpy().copy()
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+    tkw = {a: (torch.from_numpy(b) if isinstance(b, np.ndarray) else b) for a, b in kw.items()}
+    o, st = linattn.fused_recurrent_gated_delta_rule(
+        tq, tk, tv, initial_state=pool, ssm_state_indices=torch.tensor([2]),
+        inplace_final_state=True, state_v_first=True, **tkw)
+    assert st is pool and isinstance(o, torch.Tensor)
+    on, sn = linattn.fused_recurrent_gated_delta_rule(
+        q, k, v, initial_state=ref[2:3], output_final_state=True, state_v_first=True, **kw)
+    np.testing.assert_array_equal(o.numpy(), on)
+    np.testing.assert_array_equal(pool[2].numpy(), sn[0])
+
+
 # --- torch ------------------------------------------------------------------
 
 def _torch():

@@ -1,0 +1,271 @@
+/* linattn-serve-bench: the serving forms' costs, each as a ratio to its
+ * baseline measured in the same run (one JSON object per line):
+ *   pool_prefill / pool_decode  V-first pool with scattered slots (and a
+ *        K-first scattered pool) against the contiguous K-first call
+ *        (linattn_delta_forward / linattn_delta_step), B = 16, H = 32,
+ *        dk = dv = 128 (--quick: tiny);
+ *   varlen   8 packed sequences of 64..4096 tokens on 2 threads against 1;
+ *   plan     a plan's units from a pthread pool (static ith/nth split, and a
+ *        shared counter) against linattn_run on as many OpenMP threads.
+ * Times are medians of repeated calls (CLOCK_MONOTONIC). */
+#include <linattn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef void (*bench_fn)(void *);
+
+/* median seconds per call over `reps` timed calls after one warm-up */
+static double timed(bench_fn fn, void *ctx, int reps)
+{
+    double t[64];
+    reps = reps > 64 ? 64 : reps;
+    fn(ctx);
+    for (int r = 0; r < reps; r++) {
+        const double t0 = now();
+        fn(ctx);
+        t[r] = now() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+    return t[reps / 2];
+}
+
+static float *randf(size_t n, float lo, float hi, unsigned *seed)
+{
+    float *x = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    for (size_t i = 0; i < n; i++) {
+        *seed = *seed * 1664525u + 1013904223u;
+        x[i] = lo + (hi - lo) * (float)(*seed >> 8) / 16777216.0f;
+    }
+    return x;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "linattn-serve-bench: %s: %s\n", what, linattn_last_error());
+    exit(1);
+}
+
+/* ---- a delta-rule call in its forms ------------------------------------- */
+
+typedef struct {
+    linattn_config cfg;
+    linattn_op op;
+    linattn_operands ops; /* pool form */
+    linattn_state_pool pool;
+    float *q, *k, *v, *g, *beta, *o, *s_contig, *s_pool;
+    int32_t slots[64];
+} call;
+
+static void run_contig(void *p)
+{
+    call *c = p;
+    const linattn_status st =
+        c->op == LINATTN_OP_DELTA_STEP
+            ? linattn_delta_step(&c->cfg, c->q, c->k, c->v, c->g, c->beta, c->o, c->s_contig)
+            : linattn_delta_forward(&c->cfg, c->q, c->k, c->v, c->g, c->beta, c->o, c->s_contig);
+    if (st != LINATTN_OK)
+        die("contiguous call");
+}
+
+static void run_pool(void *p)
+{
+    call *c = p;
+    if (linattn_run(c->op, &c->cfg, &c->ops) != LINATTN_OK)
+        die("pool call");
+}
+
+static void pool_case(const char *name, int step, int64_t B, int64_t H, int64_t T, int64_t D,
+                      int threads, int reps)
+{
+    unsigned seed = 11;
+    call c;
+    memset(&c, 0, sizeof c);
+    if (step)
+        linattn_config_init_step(&c.cfg, B, H, D, D);
+    else
+        linattn_config_init(&c.cfg, B, H, T, D, D);
+    linattn_config_set_gate(&c.cfg, LINATTN_GATE_TOKEN);
+    c.cfg.normalize = 0, c.cfg.qk_l2norm = 1, c.cfg.num_threads = threads;
+    c.op = step ? LINATTN_OP_DELTA_STEP : LINATTN_OP_DELTA_FORWARD;
+    const int64_t Te = step ? 1 : T;
+    const size_t nt = (size_t)(B * H * Te), state = (size_t)(H * D * D);
+    c.q = randf(nt * D, -1, 1, &seed), c.k = randf(nt * D, -1, 1, &seed);
+    c.v = randf(nt * D, -1, 1, &seed), c.o = randf(nt * D, 0, 0, &seed);
+    c.g = randf(nt, -0.3f, 0, &seed), c.beta = randf(nt, 0, 1, &seed);
+    const int64_t slots = 2 * B + 3;
+    c.s_contig = randf(state * B, -0.1f, 0.1f, &seed);
+    c.s_pool = randf(state * slots, -0.1f, 0.1f, &seed);
+    for (int64_t b = 0; b < B; b++) /* scattered: every other slot, reversed */
+        c.slots[b] = (int32_t)(slots - 1 - 2 * b);
+    linattn_operands_init(&c.ops);
+    c.ops.q = c.q, c.ops.k = c.k, c.ops.v = c.v, c.ops.g = c.g, c.ops.beta = c.beta;
+    c.ops.o = c.o, c.ops.s = c.s_pool, c.ops.pool = &c.pool;
+    const double t_contig = timed(run_contig, &c, reps);
+    double t[2];
+    for (int vfirst = 0; vfirst < 2; vfirst++) {
+        c.pool = (linattn_state_pool){.slots = slots, .slot = H * D * D, .head = D * D,
+                                      .row = vfirst ? 1 : D, .col = vfirst ? D : 1,
+                                      .read_slots = c.slots};
+        t[vfirst] = timed(run_pool, &c, reps);
+    }
+    printf("{\"case\": \"%s\", \"B\": %lld, \"H\": %lld, \"T\": %lld, \"dk\": %lld, "
+           "\"threads\": %d, \"us_contiguous\": %.2f, \"us_pool_kfirst\": %.2f, "
+           "\"us_pool_vfirst\": %.2f, \"ratio_kfirst\": %.3f, \"ratio_vfirst\": %.3f}\n",
+           name, (long long)B, (long long)H, (long long)Te, (long long)D, threads,
+           1e6 * t_contig, 1e6 * t[0], 1e6 * t[1], t[0] / t_contig, t[1] / t_contig);
+    free(c.q), free(c.k), free(c.v), free(c.o), free(c.g), free(c.beta), free(c.s_contig),
+        free(c.s_pool);
+}
+
+/* ---- packed sequences and plans ----------------------------------------- */
+
+typedef struct {
+    linattn_config cfg;
+    linattn_operands ops;
+    linattn_state_pool pool;
+    int64_t cu[9];
+    int nth;
+    /* plan runs */
+    linattn_plan *plan;
+    unsigned char *ws;
+    size_t wsize;
+    atomic_llong next;
+    int dynamic;
+} packed;
+
+static void run_packed(void *p)
+{
+    packed *x = p;
+    if (linattn_run(LINATTN_OP_DELTA_FORWARD, &x->cfg, &x->ops) != LINATTN_OK)
+        die("packed call");
+}
+
+typedef struct {
+    packed *x;
+    int ith;
+} worker;
+
+static void *work(void *p)
+{
+    worker *w = p;
+    packed *x = w->x;
+    const int64_t units = linattn_plan_units(x->plan);
+    unsigned char *ws = x->ws + x->wsize * (size_t)w->ith;
+    if (x->dynamic) { /* the next unit as each thread finishes (units come longest first) */
+        for (int64_t u; (u = atomic_fetch_add(&x->next, 1)) < units;)
+            if (linattn_plan_run(x->plan, u, 1, ws) != LINATTN_OK)
+                die("plan unit");
+    } else {
+        const int64_t a = units * w->ith / x->nth, b = units * (w->ith + 1) / x->nth;
+        if (linattn_plan_run(x->plan, a, b - a, ws) != LINATTN_OK)
+            die("plan range");
+    }
+    return NULL;
+}
+
+/* one call through a plan on nth pthreads (thread creation included, as a
+ * host pool's wake-up would be) */
+static void run_plan(void *p)
+{
+    packed *x = p;
+    if (linattn_plan_create(&x->plan, LINATTN_OP_DELTA_FORWARD, &x->cfg, &x->ops) != LINATTN_OK)
+        die("plan");
+    x->wsize = linattn_plan_workspace_size(x->plan);
+    atomic_store(&x->next, 0);
+    pthread_t th[16];
+    worker w[16];
+    for (int i = 0; i < x->nth; i++) {
+        w[i] = (worker){x, i};
+        pthread_create(&th[i], NULL, work, &w[i]);
+    }
+    for (int i = 0; i < x->nth; i++)
+        pthread_join(th[i], NULL);
+    linattn_plan_destroy(x->plan);
+}
+
+static void varlen_cases(int64_t H, int64_t D, int quick, int reps)
+{
+    static const int64_t lens_full[8] = {4096, 64, 512, 128, 2048, 256, 1024, 3072};
+    static const int64_t lens_quick[8] = {64, 4, 32, 8, 48, 16, 24, 40};
+    const int64_t *lens = quick ? lens_quick : lens_full;
+    packed x;
+    memset(&x, 0, sizeof x);
+    for (int n = 0; n < 8; n++)
+        x.cu[n + 1] = x.cu[n] + lens[n];
+    const int64_t T = x.cu[8];
+    unsigned seed = 5;
+    linattn_config_init(&x.cfg, 1, H, T, D, D);
+    linattn_config_set_gate(&x.cfg, LINATTN_GATE_TOKEN);
+    x.cfg.normalize = 0, x.cfg.qk_l2norm = 1;
+    const size_t nt = (size_t)(H * T);
+    float *q = randf(nt * D, -1, 1, &seed), *k = randf(nt * D, -1, 1, &seed),
+          *v = randf(nt * D, -1, 1, &seed), *o = randf(nt * D, 0, 0, &seed),
+          *g = randf(nt, -0.3f, 0, &seed), *beta = randf(nt, 0, 1, &seed),
+          *s = randf((size_t)(8 * H * D * D), -0.1f, 0.1f, &seed);
+    x.pool = (linattn_state_pool){.slots = 8, .slot = H * D * D, .head = D * D, .row = 1, .col = D};
+    linattn_operands_init(&x.ops);
+    x.ops.q = q, x.ops.k = k, x.ops.v = v, x.ops.g = g, x.ops.beta = beta, x.ops.o = o;
+    x.ops.s = s, x.ops.pool = &x.pool, x.ops.cu_seqlens = x.cu, x.ops.num_seqs = 8;
+    x.cfg.num_threads = 1;
+    const double t1 = timed(run_packed, &x, reps);
+    x.cfg.num_threads = 2;
+    const double t2 = timed(run_packed, &x, reps);
+    printf("{\"case\": \"varlen\", \"seqs\": 8, \"T\": %lld, \"H\": %lld, \"dk\": %lld, "
+           "\"ms_1_thread\": %.3f, \"ms_2_threads\": %.3f, \"speedup_2_over_1\": %.3f}\n",
+           (long long)T, (long long)H, (long long)D, 1e3 * t1, 1e3 * t2, t1 / t2);
+    /* plans from pthreads against OpenMP, 2 threads */
+    x.nth = 2;
+    x.ws = aligned_alloc(64, 1 << 26);
+    double tp[2];
+    for (int dyn = 0; dyn < 2; dyn++) {
+        x.dynamic = dyn;
+        /* the workspace must fit the 64 MiB block */
+        linattn_plan *probe;
+        if (linattn_plan_create(&probe, LINATTN_OP_DELTA_FORWARD, &x.cfg, &x.ops) != LINATTN_OK)
+            die("plan");
+        if (linattn_plan_workspace_size(probe) * 2 > (1u << 26))
+            die("workspace");
+        linattn_plan_destroy(probe);
+        tp[dyn] = timed(run_plan, &x, reps);
+    }
+    printf("{\"case\": \"plan_pthreads\", \"threads\": 2, \"ms_openmp\": %.3f, "
+           "\"ms_pthread_static\": %.3f, \"ms_pthread_counter\": %.3f, \"ratio_static\": %.3f, "
+           "\"ratio_counter\": %.3f}\n",
+           1e3 * t2, 1e3 * tp[0], 1e3 * tp[1], tp[0] / t2, tp[1] / t2);
+    free(x.ws);
+    free(q), free(k), free(v), free(o), free(g), free(beta), free(s);
+}
+
+int main(int argc, char **argv)
+{
+    const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    const int reps = quick ? 3 : 9;
+    if (quick) {
+        pool_case("pool_prefill", 0, 4, 4, 40, 16, 1, reps);
+        pool_case("pool_decode", 1, 4, 4, 1, 16, 1, reps);
+        varlen_cases(2, 16, 1, reps);
+    } else {
+        pool_case("pool_prefill", 0, 16, 32, 64, 128, 1, reps);
+        pool_case("pool_decode", 1, 16, 32, 1, 128, 1, 31);
+        varlen_cases(4, 128, 0, reps);
+    }
+    return 0;
+}

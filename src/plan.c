@@ -68,6 +68,16 @@ static void head_run(const linattn_plan *p, const la_call *x, int64_t j0, int64_
         la_additive_head_run(p->kern, x, ws);
 }
 
+/* A V-first state against the K-first copy, in 16 x 16 blocks: a whole
+ * column of the copy at once would touch dk lines dv floats apart, which
+ * share L1 sets (measured 8.6x a decode step without blocking). */
+#define TRANSPOSE_BLOCKS(ASSIGN)                                                                  \
+    for (int64_t jb = j0; jb < j0 + nj; jb += 16)                                                 \
+        for (int64_t ib = 0; ib < dk; ib += 16)                                                   \
+            for (int64_t j = jb; j < (jb + 16 < j0 + nj ? jb + 16 : j0 + nj); j++)                \
+                for (int64_t i = ib; i < (ib + 16 < dk ? ib + 16 : dk); i++)                      \
+                    ASSIGN
+
 /* Columns [j0, j0 + nj) of head h's state in `slot` into W (row stride dv),
  * or zeros for slot < 0; with Wz, z too. The loop order follows the pool's
  * smaller stride, so a V-first pool is read along its rows. */
@@ -88,9 +98,7 @@ static void state_load(const la_serve *sv, int64_t slot, int64_t h, int64_t j0, 
         for (int64_t i = 0; i < dk; i++)
             memcpy(W + i * dv + j0, src + i * row + j0, (size_t)nj * sizeof(float));
     } else if (col > row) {
-        for (int64_t j = j0; j < j0 + nj; j++)
-            for (int64_t i = 0; i < dk; i++)
-                W[i * dv + j] = src[j * col + i * row];
+        TRANSPOSE_BLOCKS(W[i * dv + j] = src[j * col + i * row]);
     } else {
         for (int64_t i = 0; i < dk; i++)
             for (int64_t j = j0; j < j0 + nj; j++)
@@ -110,9 +118,7 @@ static void state_store(const la_serve *sv, int64_t slot, int64_t h, int64_t j0,
         for (int64_t i = 0; i < dk; i++)
             memcpy(dst + i * row + j0, W + i * dv + j0, (size_t)nj * sizeof(float));
     } else if (col > row) {
-        for (int64_t j = j0; j < j0 + nj; j++)
-            for (int64_t i = 0; i < dk; i++)
-                dst[j * col + i * row] = W[i * dv + j];
+        TRANSPOSE_BLOCKS(dst[j * col + i * row] = W[i * dv + j]);
     } else {
         for (int64_t i = 0; i < dk; i++)
             for (int64_t j = j0; j < j0 + nj; j++)

@@ -256,16 +256,23 @@ static void varlen_cases(int64_t H, int64_t D, int quick, int reps)
 
 int main(int argc, char **argv)
 {
+    /* --quick: tiny shapes; a case name (pool_prefill, pool_decode,
+     * varlen): that case alone */
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    const char *only = argc > 1 && !quick ? argv[1] : NULL;
     const int reps = quick ? 3 : 9;
+#define WANT(name) (only == NULL || strcmp(only, name) == 0)
     if (quick) {
         pool_case("pool_prefill", 0, 4, 4, 40, 16, 1, reps);
         pool_case("pool_decode", 1, 4, 4, 1, 16, 1, reps);
         varlen_cases(2, 16, 1, reps);
     } else {
-        pool_case("pool_prefill", 0, 16, 32, 64, 128, 1, reps);
-        pool_case("pool_decode", 1, 16, 32, 1, 128, 1, 31);
-        varlen_cases(4, 128, 0, reps);
+        if (WANT("pool_prefill"))
+            pool_case("pool_prefill", 0, 16, 32, 64, 128, 1, reps);
+        if (WANT("pool_decode"))
+            pool_case("pool_decode", 1, 16, 32, 1, 128, 1, 31);
+        if (WANT("varlen"))
+            varlen_cases(4, 128, 0, reps);
     }
     return 0;
 }

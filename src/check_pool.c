@@ -204,7 +204,8 @@ static linattn_status check_slots(const la_serve *sv)
     }
     /* writes that will happen: sorted by slot */
     size_t cap = la_size_mul(la_size_of_dim(sv->N), la_size_add(la_size_of_dim(K), 1));
-    slot_use *w = cap == SIZE_MAX ? NULL : malloc(la_size_mul(cap, sizeof *w) + 1);
+    slot_use small[64]; /* a decode batch needs no allocation here */
+    slot_use *w = cap <= 64 ? small : cap == SIZE_MAX ? NULL : malloc(la_size_mul(cap, sizeof *w) + 1);
     if (w == NULL)
         return la_fail(LINATTN_E_NOMEM, "out of memory checking %lld sequences' slots",
                        (long long)sv->N);
@@ -227,7 +228,8 @@ static linattn_status check_slots(const la_serve *sv)
                          "sequences %lld and %lld both write slot %lld: each written slot "
                          "belongs to one sequence",
                          (long long)w[i - 1].seq, (long long)w[i].seq, (long long)w[i].slot);
-            free(w);
+            if (w != small)
+                free(w);
             return st;
         }
     for (int64_t n = 0; n < sv->N; n++) {
@@ -248,11 +250,13 @@ static linattn_status check_slots(const la_serve *sv)
                              "sequence %lld writes slot %lld, which sequence %lld reads: "
                              "a slot read in a call is written only by its reader",
                              (long long)w[lo].seq, (long long)rd, (long long)n);
-                free(w);
+                if (w != small)
+                    free(w);
                 return st;
             }
     }
-    free(w);
+    if (w != small)
+        free(w);
     return LINATTN_OK;
 }
 

@@ -245,7 +245,11 @@ static linattn_status plan_make(linattn_plan **out, linattn_op op, const linattn
         linattn_plan_destroy(p);
         return la_fail(LINATTN_E_SHAPE, "the workspace of one unit is too large to address");
     }
-    qsort(uc, units, sizeof *uc, by_cost);
+    size_t sorted = 1; /* steps and equal lengths are in order already */
+    while (sorted < units && by_cost(&uc[sorted - 1], &uc[sorted]) < 0)
+        sorted++;
+    if (sorted < units)
+        qsort(uc, units, sizeof *uc, by_cost);
     for (size_t u = 0; u < units; u++)
         p->order[u] = uc[u].idx;
     free(uc);

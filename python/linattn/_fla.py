@@ -38,8 +38,13 @@ def _flip(x):
     return None if x is None else np.ascontiguousarray(x[:, ::-1])
 
 
+_I32, _I64, _F32 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32)
+
+
 def _ints(x, name, dtype):
     """x as a C-contiguous numpy integer array (a copy only to change dtype)."""
+    if type(x) is np.ndarray and x.dtype == dtype and x.flags.c_contiguous and x.ndim in (1, 2):
+        return x  # the decode loop's case: no numpy call
     if not isinstance(x, np.ndarray) and hasattr(x, 'numpy'):
         x = x.detach().numpy()
     a = np.ascontiguousarray(x, dtype=dtype)
@@ -67,7 +72,7 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
             raise ValueError(f'The batch size is expected to be 1 rather than {B} when using '
                              f'`cu_seqlens`. Please flatten variable-length inputs before '
                              f'processing.')
-        cu = _ints(cu_seqlens, 'cu_seqlens', np.int64)
+        cu = _ints(cu_seqlens, 'cu_seqlens', _I64)
     N = B if cu is None else len(cu) - 1
     pool, zpool = initial_state, None
     if isinstance(pool, tuple):
@@ -76,7 +81,7 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
     if ssm_state_indices is not None:
         if pool is None:
             raise ValueError('ssm_state_indices needs initial_state: the state pool')
-        idx = _ints(ssm_state_indices, 'ssm_state_indices', np.int32)
+        idx = _ints(ssm_state_indices, 'ssm_state_indices', _I32)
         if idx.shape[0] != N:
             raise ValueError(f'ssm_state_indices: {idx.shape[0]} rows for {N} sequences')
         if idx.ndim == 1:
@@ -88,7 +93,7 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
             if num_accepted_tokens is None:
                 rd = np.ascontiguousarray(idx[:, 0])
             else:
-                acc = _ints(num_accepted_tokens, 'num_accepted_tokens', np.int64)
+                acc = _ints(num_accepted_tokens, 'num_accepted_tokens', _I64)
                 if acc.shape != (N,) or (acc < 1).any() or (acc > Ks).any():
                     raise ValueError(f'num_accepted_tokens: expected [{N}] values in 1..{Ks}')
                 rd = np.ascontiguousarray(idx[np.arange(N), acc - 1])
@@ -127,7 +132,7 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
             if not inplace_final_state:
                 z = np.array(z, np.float32)
             z = z.reshape(slots, H, K)
-    if isinstance(pool, np.ndarray) and pool.dtype != np.float32:
+    if type(pool) is np.ndarray and pool.dtype != _F32:
         raise TypeError(f'initial_state: dtype {pool.dtype}; linattn takes float32')
     o = np.empty((B, T, H, V), np.float32)
     _ext.run_pool(kind, _BTHD, q, k, v, g, beta, o, pool, z, gate, 'identity', algo, True,

@@ -10,6 +10,14 @@ along T; each has its own state. Value heads may outnumber q/k heads
 (grouped, as fla's GVA). Inputs are used in place through their strides;
 copies are made only where fla's own options ask for a transformation
 (reverse, state_v_first, beta sigmoid, gate activation, g plus g_gamma).
+
+Serving (vLLM's names): initial_state may be a pool of states
+[slots, H, K, V] ([slots, H, V, K] with state_v_first), any strides;
+ssm_state_indices [N] names each sequence's slot (read and written;
+negative: padding), [N, S] its per-token slots (the state after token j
+goes to indices[n][j], the read slot is indices[n][num_accepted_tokens[n]
+- 1]); inplace_final_state=True writes the pool where it lies and returns
+it. cu_seqlens and the pool form are one linattn_run call.
 """
 
 import numpy as np
@@ -234,6 +242,11 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
     return wrap(o, torch_out), final
 
 
+def _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state):
+    return dict(ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
+                inplace_final_state=inplace_final_state)
+
+
 def _no_head_first(kwargs):
     if 'head_first' in kwargs:
         raise DeprecationWarning(
@@ -287,24 +300,27 @@ def _gate_in_kernel(g, A_log, dt_bias, channel):
 # --- linear attention -------------------------------------------------------
 
 def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False,
-                      normalize=True, cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False):
+                      normalize=True, cu_seqlens=None,
+                      ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False):
     """fla.ops.linear_attn.chunk_linear_attn. With normalize, o is divided by
     q . (sum of k) + 1e-10 and the state is the pair (S [N, H, K, V],
     z [N, 1, H, K])."""
     return _run(_FORWARD, q, k, v, scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                 normalize=normalize, algo='auto',
-                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
+                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
 def fused_recurrent_linear_attn(q, k, v, scale=None, initial_state=None,
                                 output_final_state=False, reverse=False, normalize=False,
-                                cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False):
+                                cu_seqlens=None,
+                                ssm_state_indices=None, num_accepted_tokens=None,
+                                inplace_final_state=False):
     """fla.ops.linear_attn.fused_recurrent_linear_attn (normalize off by default)."""
     return _run(_FORWARD, q, k, v, scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                 normalize=normalize, reverse=reverse, algo='recurrent',
-                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
+                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
 # --- gated linear attention -------------------------------------------------
@@ -327,38 +343,45 @@ def _simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state, s
 
 def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
                      output_final_state=False, state_v_first=False, cu_seqlens=None,
-                     cu_seqlens_cpu=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
+                     cu_seqlens_cpu=None,
+                     ssm_state_indices=None, num_accepted_tokens=None,
+                     inplace_final_state=False, **kwargs):
     """fla.ops.simple_gla.chunk_simple_gla: g [B, T, H] per-token log-decay
     and/or g_gamma [H] per-head log-decay."""
     _no_head_first(kwargs)
     return _simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state,
                        state_v_first, cu_seqlens, False, 'auto',
                        kwargs.get('chunk_size') or 0,
-                       dict(ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state))
+                       _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
 def fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
                                output_final_state=False, reverse=False, state_v_first=False,
-                               cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
+                               cu_seqlens=None,
+                               ssm_state_indices=None, num_accepted_tokens=None,
+                               inplace_final_state=False, **kwargs):
     """fla.ops.simple_gla.fused_recurrent_simple_gla."""
     _no_head_first(kwargs)
     return _simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state,
                        state_v_first, cu_seqlens, reverse, 'recurrent', 0,
-                       dict(ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state))
+                       _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
 def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False,
-              state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False):
+              state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+              ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False):
     """fla.ops.gla.chunk_gla: g [B, T, H, K] per-channel log-decay."""
     return _run(_FORWARD, q, k, v, g, 'channel', scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                 state_v_first=state_v_first, algo='auto',
-                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
+                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
 def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=None,
                         output_final_state=False, reverse=False, state_v_first=False,
-                        cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
+                        cu_seqlens=None,
+                        ssm_state_indices=None, num_accepted_tokens=None,
+                        inplace_final_state=False, **kwargs):
     """fla.ops.gla.fused_recurrent_gla: gk [B, T, H, K]; gv (value-channel
     decay) is not supported."""
     _no_head_first(kwargs)
@@ -368,11 +391,13 @@ def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=Non
                 initial_state=initial_state, output_final_state=output_final_state,
                 cu_seqlens=cu_seqlens, reverse=reverse, state_v_first=state_v_first,
                 algo='recurrent',
-                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
+                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
 def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=False,
-                    cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
+                    cu_seqlens=None,
+                    ssm_state_indices=None, num_accepted_tokens=None,
+                    inplace_final_state=False, **kwargs):
     """fla.ops.retention.chunk_retention: RetNet's fixed per-head decays,
     log(1 - 2 ** (-5 - h)) for head h."""
     _no_head_first(kwargs)
@@ -381,7 +406,7 @@ def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=
     return _run(_FORWARD, q, k, v, g_gamma.astype(np.float32), 'head', scale=scale,
                 initial_state=initial_state, output_final_state=output_final_state,
                 cu_seqlens=cu_seqlens, algo='auto', chunk=kwargs.get('chunk_size') or 0,
-                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
+                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
 # --- delta rule -------------------------------------------------------------
@@ -390,7 +415,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                            output_final_state=False, use_qk_l2norm_in_kernel=False,
                            use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
                            state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
-                           chunk_indices=None, cp_context=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
+                           chunk_indices=None, cp_context=None,
+                           ssm_state_indices=None, num_accepted_tokens=None,
+                           inplace_final_state=False, **kwargs):
     """fla.ops.gated_delta_rule.chunk_gated_delta_rule (Gated DeltaNet):
     q, k [B, T, H, K], v [B, T, HV, V], g and beta [B, T, HV]."""
     _no_head_first(kwargs)
@@ -402,7 +429,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     return _run(_DELTA_FORWARD, q, k, v, g, 'token', beta, scale, initial_state,
                 output_final_state, cu_seqlens, state_v_first=state_v_first,
                 qk_l2norm=use_qk_l2norm_in_kernel, algo='auto',
-                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
+                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
 def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None,
@@ -410,7 +437,9 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                      use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
                                      A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
                                      allow_neg_eigval=False, state_v_first=False,
-                                     cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
+                                     cu_seqlens=None,
+                                     ssm_state_indices=None, num_accepted_tokens=None,
+                                     inplace_final_state=False, **kwargs):
     """fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule: g [B, T, HV]
     and/or gk [B, T, HV, K]; beta None means ones; gv is not supported."""
     if gv is not None:
@@ -427,29 +456,33 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     return _run(_DELTA_FORWARD, q, k, v, g, gate, beta, scale, initial_state,
                 output_final_state, cu_seqlens, state_v_first=state_v_first,
                 qk_l2norm=use_qk_l2norm_in_kernel, algo='recurrent',
-                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
+                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
 def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False,
                      use_qk_l2norm_in_kernel=False, cu_seqlens=None, cu_seqlens_cpu=None,
-                     ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
+
+                     ssm_state_indices=None, num_accepted_tokens=None,
+                     inplace_final_state=False, **kwargs):
     """fla.ops.delta_rule.chunk_delta_rule (DeltaNet): beta [B, T, H]."""
     _no_head_first(kwargs)
     return _run(_DELTA_FORWARD, q, k, v, None, 'none', beta, scale, initial_state,
                 output_final_state, cu_seqlens, qk_l2norm=use_qk_l2norm_in_kernel,
                 algo='auto',
-                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
+                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
 def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None, initial_state=None,
                                output_final_state=False, use_qk_l2norm_in_kernel=False,
-                               cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False):
+                               cu_seqlens=None,
+                               ssm_state_indices=None, num_accepted_tokens=None,
+                               inplace_final_state=False):
     """fla.ops.delta_rule.fused_recurrent_delta_rule: beta None means ones."""
     beta = _beta(beta, q, v, False, False)
     return _run(_DELTA_FORWARD, q, k, v, None, 'none', beta, scale, initial_state,
                 output_final_state, cu_seqlens, qk_l2norm=use_qk_l2norm_in_kernel,
                 algo='recurrent',
-                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state)
+                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
 def _kda(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
@@ -471,7 +504,9 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
               use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, safe_gate=False,
               lower_bound=None, disable_recompute=False, return_intermediate_states=False,
               state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, cp_context=None,
-              ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
+
+              ssm_state_indices=None, num_accepted_tokens=None,
+              inplace_final_state=False, **kwargs):
     """fla.ops.kda.chunk_kda (Kimi Delta Attention): g [B, T, HV, K]
     per-channel log-decay, beta [B, T, HV]."""
     _no_head_first(kwargs)
@@ -483,16 +518,18 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
                 initial_state, output_final_state, use_qk_l2norm_in_kernel,
                 use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
                 lower_bound if safe_gate else None, state_v_first, cu_seqlens, 'auto',
-                dict(ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state))
+                _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
 def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None,
                         initial_state=None, output_final_state=False,
                         use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
                         use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
-                        lower_bound=None, state_v_first=False, cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
+                        lower_bound=None, state_v_first=False, cu_seqlens=None,
+                        ssm_state_indices=None, num_accepted_tokens=None,
+                        inplace_final_state=False, **kwargs):
     """fla.ops.kda.fused_recurrent_kda."""
     return _kda(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
                 use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
                 allow_neg_eigval, lower_bound, state_v_first, cu_seqlens, 'recurrent',
-                dict(ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens, inplace_final_state=inplace_final_state))
+                _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))

@@ -9,7 +9,10 @@
  *     when the library has it.
  *  3. Calls from application threads while another thread switches the
  *     table with linattn_set_isa: each result is bitwise the result of one
- *     of the tables. */
+ *     of the tables.
+ *  4. A plan's units from pthreads (interleaved ranges, no locks) writing
+ *     one V-first pool of packed sequences, and linattn_run of that call on
+ *     1 and 3 OpenMP threads: the same bits. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -307,6 +310,79 @@ static void switch_while_computing(void)
            WORKERS, ROUNDS, nisa);
 }
 
+/* ---- 4. plan units from pthreads ---------------------------------------- */
+
+enum { PN = 5, PH = 3, PD = 24, PSLOTS = 12, PWORKERS = 3 };
+static const int64_t plan_cu[PN + 1] = {0, 70, 71, 71, 110, 150};
+static linattn_plan *the_plan;
+
+static void *plan_worker(void *arg)
+{
+    const intptr_t id = (intptr_t)arg;
+    void *ws = aligned_alloc(64, linattn_plan_workspace_size(the_plan));
+    const int64_t units = linattn_plan_units(the_plan);
+    for (int64_t u = id; u < units; u += PWORKERS) /* interleaved single units */
+        CHECK(linattn_plan_run(the_plan, u, 1, ws) == LINATTN_OK, "plan_run");
+    free(ws);
+    return NULL;
+}
+
+static void plan_from_pthreads(void)
+{
+    const int64_t T = plan_cu[PN];
+    const size_t nqk = (size_t)(T * PH * PD), ns = (size_t)(PSLOTS * PH * PD * PD);
+    float *q = malloc(nqk * 4), *k = malloc(nqk * 4), *v = malloc(nqk * 4), *g = malloc(nqk / PD * 4),
+          *beta = malloc(nqk / PD * 4), *o[3], *s[3];
+    for (size_t i = 0; i < nqk; i++)
+        q[i] = (float)((i * 37) % 101) / 101.0f - 0.5f, k[i] = (float)((i * 53) % 97) / 97.0f - 0.5f,
+        v[i] = (float)((i * 29) % 89) / 89.0f - 0.5f;
+    for (size_t i = 0; i < nqk / PD; i++)
+        g[i] = -(float)(i % 7) / 20.0f, beta[i] = (float)(i % 5) / 5.0f;
+    static const int32_t rd[PN] = {3, -1, 7, 0, 11}, wr[PN] = {3, 5, 8, -1, 1};
+    const linattn_state_pool pool = {.slots = PSLOTS, .slot = PH * PD * PD, .head = PD * PD,
+                                     .row = 1, .col = PD, .read_slots = rd, .write_slots = wr};
+    linattn_config cfg;
+    linattn_config_init(&cfg, 1, PH, T, PD, PD);
+    linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+    cfg.normalize = 0, cfg.qk_l2norm = 1;
+    linattn_operands ops;
+    linattn_operands_init(&ops);
+    ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = beta, ops.pool = &pool;
+    ops.cu_seqlens = plan_cu, ops.num_seqs = PN;
+    for (int r = 0; r < 3; r++) {
+        o[r] = calloc(nqk, 4), s[r] = malloc(ns * 4);
+        for (size_t i = 0; i < ns; i++)
+            s[r][i] = (float)((i * 13) % 31) / 310.0f;
+        ops.o = o[r], ops.s = s[r];
+        if (r < 2) { /* linattn_run on 1, then 3 threads */
+            cfg.num_threads = r == 0 ? 1 : 3;
+            CHECK(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK, "run: %s",
+                  linattn_last_error());
+        } else {
+            cfg.num_threads = 1;
+            CHECK(linattn_plan_create(&the_plan, LINATTN_OP_DELTA_FORWARD, &cfg, &ops) ==
+                      LINATTN_OK,
+                  "plan: %s", linattn_last_error());
+            pthread_t th[PWORKERS];
+            for (intptr_t w = 0; w < PWORKERS; w++)
+                pthread_create(&th[w], NULL, plan_worker, (void *)w);
+            for (int w = 0; w < PWORKERS; w++)
+                pthread_join(th[w], NULL);
+            linattn_plan_destroy(the_plan);
+        }
+    }
+    for (int r = 1; r < 3; r++) {
+        CHECK(memcmp(o[0], o[r], nqk * 4) == 0, "pool call %d: o differs", r);
+        CHECK(memcmp(s[0], s[r], ns * 4) == 0, "pool call %d: the pool differs", r);
+    }
+    for (int r = 0; r < 3; r++)
+        free(o[r]), free(s[r]);
+    free(q), free(k), free(v), free(g), free(beta);
+    printf("plan units from %d pthreads on a V-first pool: bitwise linattn_run on 1 and 3 "
+           "threads\n",
+           PWORKERS);
+}
+
 int main(void)
 {
     race_first_call(); /* must be the process's first linattn calls */
@@ -315,5 +391,6 @@ int main(void)
             isas[nisa++] = isa;
     thread_counts();
     switch_while_computing();
+    plan_from_pthreads();
     return 0;
 }

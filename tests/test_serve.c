@@ -307,6 +307,49 @@ START_TEST(spec_decode_form)
 }
 END_TEST
 
+/* Packed sequences without any state (s NULL): each from zeros, nothing
+ * written but o; the same bits as separate calls without a state. */
+START_TEST(packed_without_state)
+{
+    const int delta = _i;
+    static const int64_t lens[4] = {9, 0, 30, 2};
+    const int64_t H = 2, dk = 8, dv = 12, T = 41;
+    const size_t nq = (size_t)(H * T * dk), nv = (size_t)(H * T * dv);
+    float *q = floats(nq, -1, 1), *k = floats(nq, -1, 1), *v = floats(nv, -1, 1);
+    float *g = floats((size_t)(H * T), -0.5f, 0), *beta = floats((size_t)(H * T), 0, 1);
+    float *o = floats(nv, 0, 0), *o_ref = floats(nv, 0, 0);
+    int64_t cu[5] = {0};
+    for (int n = 0; n < 4; n++)
+        cu[n + 1] = cu[n] + lens[n];
+    linattn_config cfg;
+    linattn_config_init(&cfg, 1, H, T, dk, dv);
+    linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+    cfg.normalize = !delta;
+    linattn_operands ops;
+    linattn_operands_init(&ops);
+    ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = delta ? beta : NULL, ops.o = o;
+    ops.cu_seqlens = cu, ops.num_seqs = 4;
+    ck_assert_msg(linattn_run(delta ? LINATTN_OP_DELTA_FORWARD : LINATTN_OP_FORWARD, &cfg,
+                              &ops) == LINATTN_OK,
+                  "%s", linattn_last_error());
+    for (int n = 0; n < 4; n++) {
+        if (lens[n] == 0)
+            continue;
+        linattn_config c = cfg;
+        c.seq_len = lens[n];
+        const int64_t t = cu[n];
+        const linattn_status st =
+            delta ? linattn_delta_forward(&c, q + t * dk, k + t * dk, v + t * dv, g + t, beta + t,
+                                          o_ref + t * dv, NULL)
+                  : linattn_forward(&c, q + t * dk, k + t * dk, v + t * dv, g + t, o_ref + t * dv,
+                                    NULL, NULL);
+        ck_assert_msg(st == LINATTN_OK, "%s", linattn_last_error());
+    }
+    ck_assert_msg(memcmp(o, o_ref, nv * sizeof(float)) == 0, "packed o differs");
+    free(q), free(k), free(v), free(g), free(beta), free(o), free(o_ref);
+}
+END_TEST
+
 /* ---- host threads: plan units from a pthread pool in shuffled ranges --- */
 
 typedef struct {
@@ -545,6 +588,7 @@ static Suite *serve_suite(void)
     tcase_add_loop_test(pool, batched_decode, 0, 4);
     tcase_add_loop_test(pool, snapshots_match_stepping, 0, 4);
     tcase_add_test(pool, spec_decode_form);
+    tcase_add_loop_test(pool, packed_without_state, 0, 2);
     suite_add_tcase(s, pool);
     TCase *plans = tcase_create("plans");
     tcase_set_timeout(plans, 120);

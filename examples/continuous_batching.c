@@ -6,10 +6,13 @@
  * decodes one token of every live sequence in one batched step call whose
  * batch has fixed width with padding entries (slot -1, vLLM's PAD_SLOT_ID).
  * Sequences leave when done and their slots are reused by newcomers.
- * Every output is compared bitwise with separate per-sequence calls:
+ * Every output is compared with separate per-sequence calls:
  * linattn_delta_forward over the prompt, then linattn_delta_step per token,
- * on a contiguous K-first state. */
+ * on a contiguous K-first state. Short calls on a V-first pool run the
+ * kernels' V-first form in place, whose dot products sum along the key
+ * axis: the outputs agree to rounding (relative 1e-5), not bit for bit. */
 #include <linattn.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,14 +215,19 @@ int main(void)
         float *want = calloc(len, sizeof(float));
         if (reference(n, want))
             return 1;
-        if (memcmp(want, outputs[n], len * sizeof(float)) != 0) {
-            fprintf(stderr, "sequence %d differs from its separate calls\n", n);
+        double worst = 0;
+        for (size_t i = 0; i < len; i++) {
+            const double d = fabs((double)outputs[n][i] - want[i]) / fmax(1.0, fabs(want[i]));
+            worst = d > worst || d != d ? d : worst;
+        }
+        if (!(worst < 1e-5)) {
+            fprintf(stderr, "sequence %d differs from its separate calls by %g\n", n, worst);
             same = 0;
         }
         free(want);
         free(outputs[n]);
     }
     printf("%d sequences, %d slots, %d batched calls: %s\n", NSEQ, SLOTS, calls,
-           same ? "bitwise the same as separate per-sequence calls" : "DIFFERENT");
+           same ? "the same as separate per-sequence calls (to 1e-5)" : "DIFFERENT");
     return same ? 0 : 1;
 }

@@ -43,6 +43,9 @@ typedef struct la_delta_head {
     float *o;
     int64_t q_ts, k_ts, v_ts, g_ts, beta_ts, o_ts;
     float *s; /* [dk][dv], in/out, never NULL */
+    /* recurrent_vfirst only: s is V-first, value column j is the dk floats
+     * at s + j * s_vld (a state pool's layout in vLLM, sglang and ggml) */
+    int64_t s_vld;
     float scale;
     linattn_phi phi;
     int l2norm;
@@ -61,6 +64,10 @@ typedef struct la_delta_ops {
      * aligned, of the size above. */
     void (*recurrent)(const la_delta_head *h, int64_t j0, int64_t nj, void *ws);
     void (*chunked)(const la_delta_head *h, int64_t j0, int64_t nj, void *ws);
+    /* recurrent on a V-first state (h->s, h->s_vld), workspace as
+     * recurrent_bytes. The dot products run along the key axis, so the
+     * results agree with recurrent's to rounding, not bit for bit. */
+    void (*recurrent_vfirst)(const la_delta_head *h, int64_t j0, int64_t nj, void *ws);
     /* Chunk size for chunk = 0, and AUTO's choice (1: chunked) for T tokens;
      * both from measurements of this table. */
     int64_t (*default_chunk)(int64_t dk, int64_t dv, la_gate gate);

@@ -153,3 +153,26 @@ void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int
     else
         kern->delta->recurrent(&h, j0, nj, ws);
 }
+
+/* The same on a V-first state in place (value column j of the head at
+ * s + j * ld), for calls that run the recurrent algorithm
+ * (la_delta_head_recurrent); chunked ones work on a K-first copy. */
+int la_delta_head_recurrent(const la_kernels *kern, const la_call *c)
+{
+    delta_job j = {0};
+    choose_algo(&j, kern->delta, c);
+    return !j.chunked;
+}
+
+void la_delta_head_run_vfirst(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
+                              float *s, int64_t ld, void *ws)
+{
+    delta_job j = {0};
+    choose_algo(&j, kern->delta, c);
+    if (c->T < 1)
+        return;
+    la_delta_head h = head_at(c, 0, j.chunk);
+    h.s = s;
+    h.s_vld = ld;
+    kern->delta->recurrent_vfirst(&h, j0, nj, ws);
+}

@@ -204,6 +204,63 @@ static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void
     }
 }
 
+/* The recurrent form on a V-first state: value column j is the row of dk
+ * floats at s + j * s_vld. Per token and column: acc = S_j . kn,
+ * u = beta (v_j - a acc), S_j = L S_j + u kh, o_j = S_j . qh, the row in L1
+ * for a block of tokens. Two horizontal sums per column and token replace
+ * the K-first sweep's broadcasts. */
+static void delta_recurrent_vfirst(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
+{
+    const int64_t dk = h->dk, dkp = round_vw(dk), fs = DELTA_FEATURES * dkp, ld = h->s_vld;
+    const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
+    const la_gate gate = h->gate;
+    float *f = ws;
+#define LDR(p, c) (dk - (c) < LA_VW ? vf_loadn((p) + (c), dk - (c)) : vf_load((p) + (c)))
+    for (int64_t t0 = 0; t0 < h->T; t0 += DELTA_BLOCK) {
+        const int64_t n = h->T - t0 < DELTA_BLOCK ? h->T - t0 : DELTA_BLOCK;
+        for (int64_t i = 0; i < n; i++)
+            delta_prepare(h, t0 + i, f + i * fs, dkp);
+        for (int64_t j = j0; j < j0 + nj; j++) {
+            float *row = h->s + j * ld;
+            for (int64_t i = 0; i < n; i++) {
+                const int64_t t = t0 + i;
+                const float *qh = f + i * fs, *kh = qh + dkp, *a = qh + 2 * dkp, *kn = qh + 3 * dkp;
+                /* four accumulators: one FMA chain per dot product would
+                 * wait on its own latency */
+                la_vf acc[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+                int64_t c = 0;
+                for (; c + 4 * LA_VW <= dk; c += 4 * LA_VW)
+                    for (int x = 0; x < 4; x++)
+                        acc[x] = vf_fma(vf_load(row + c + x * LA_VW), vf_load(kn + c + x * LA_VW),
+                                        acc[x]);
+                for (; c < dk; c += LA_VW)
+                    acc[0] = vf_fma(LDR(row, c), vf_load(kn + c), acc[0]);
+                const float sk = vf_hsum(vf_add(vf_add(acc[0], acc[1]), vf_add(acc[2], acc[3])));
+                const float u = h->beta[t * beta_ts] *
+                                (h->v[t * v_ts + j] - (gate == LA_GATE_TOKEN ? a[0] * sk : sk));
+                const la_vf uv = vf_set1(u), at = vf_set1(gate == LA_GATE_TOKEN ? a[0] : 1.0f);
+                la_vf out[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+                for (c = 0; c < dk; c += LA_VW) {
+                    const la_vf old = LDR(row, c);
+                    const la_vf dec = gate == LA_GATE_NONE      ? old
+                                      : gate == LA_GATE_CHANNEL ? vf_mul(vf_load(a + c), old)
+                                                                : vf_mul(at, old);
+                    const la_vf y = vf_fma(vf_load(kh + c), uv, dec);
+                    if (dk - c < LA_VW)
+                        vf_storen(row + c, y, dk - c);
+                    else
+                        vf_store(row + c, y);
+                    const int x = (int)(c / LA_VW) & 3;
+                    out[x] = vf_fma(y, vf_load(qh + c), out[x]);
+                }
+                const la_vf os = vf_add(vf_add(out[0], out[1]), vf_add(out[2], out[3]));
+                h->o[t * o_ts + j] = vf_hsum(os);
+            }
+        }
+    }
+#undef LDR
+}
+
 /* ---- chunked (WY form) --------------------------------------------------- */
 
 /* Workspace of one chunk of C rows on a tile of nj columns, rows padded to
@@ -435,6 +492,7 @@ const la_delta_ops LA_DELTA_OPS = {
     .chunked_bytes = delta_chunked_bytes,
     .recurrent = delta_recurrent,
     .chunked = delta_chunked,
+    .recurrent_vfirst = delta_recurrent_vfirst,
     .default_chunk = la_delta_default_chunk,
     .prefer_chunked = la_delta_prefer_chunked,
 };

@@ -87,5 +87,8 @@ int64_t la_delta_unit_columns(const struct la_kernels *kern, const la_call *c);
 size_t la_delta_head_bytes(const struct la_kernels *kern, const la_call *c, int64_t nj);
 void la_delta_head_run(const struct la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                        void *ws);
+int la_delta_head_recurrent(const struct la_kernels *kern, const la_call *c);
+void la_delta_head_run_vfirst(const struct la_kernels *kern, const la_call *c, int64_t j0,
+                              int64_t nj, float *s, int64_t ld, void *ws);
 
 #endif

@@ -309,7 +309,7 @@ static void compare_additive(const la_table *t, const add_case *c, const add_buf
 
 typedef struct {
     const la_table *t;
-    op_stat add[N_ADD_OPS], delta[2], size;
+    op_stat add[N_ADD_OPS], delta[3], size;
 } table_run;
 
 static table_run runs[16];
@@ -442,8 +442,8 @@ static la_delta_head delta_head_of(const delta_case *c, float *o, float *s)
  * and s. */
 typedef struct {
     arena mem;
-    void *ws[2]; /* recurrent, chunked */
-    float *o, *s;
+    void *ws[2]; /* recurrent (and recurrent_vfirst), chunked */
+    float *o, *s, *sv; /* sv: the state V-first, for recurrent_vfirst */
 } delta_bufs;
 
 static void delta_bufs_make(delta_bufs *b, const la_delta_ops *ops, const delta_case *c,
@@ -454,19 +454,33 @@ static void delta_bufs_make(delta_bufs *b, const la_delta_ops *ops, const delta_
     b->ws[1] = guarded_bytes(&b->mem, la_size_up64(ops->chunked_bytes(c->chunk, c->dk, nj)));
     b->o = guarded(&b->mem, (size_t)(c->T * c->o_ts), 0);
     b->s = guarded(&b->mem, (size_t)(c->dk * c->dv), 0);
+    b->sv = guarded(&b->mem, (size_t)(c->dk * c->dv), 0);
 }
 
-/* chunked 0: recurrent, 1: chunked; on columns [j0, j0 + nj) */
+/* chunked 0: recurrent, 1: chunked, 2: recurrent_vfirst (on a V-first copy
+ * of the state, turned back to K-first for the comparison); on columns
+ * [j0, j0 + nj) */
 static void run_delta(const la_delta_ops *ops, const delta_case *c, int chunked, int64_t j0,
                       int64_t nj, delta_bufs *b)
 {
     fill(b->o, (size_t)(c->T * c->o_ts), UNTOUCHED);
     memcpy(b->s, c->s0, (size_t)(c->dk * c->dv) * sizeof(float));
     la_delta_head h = delta_head_of(c, b->o, b->s);
-    if (chunked)
+    if (chunked == 2) {
+        const int64_t dk = c->dk, dv = c->dv;
+        for (int64_t i = 0; i < dk; i++)
+            for (int64_t j = 0; j < dv; j++)
+                b->sv[j * dk + i] = b->s[i * dv + j];
+        h.s = b->sv, h.s_vld = dk;
+        ops->recurrent_vfirst(&h, j0, nj, b->ws[0]);
+        for (int64_t i = 0; i < dk; i++)
+            for (int64_t j = 0; j < dv; j++)
+                b->s[i * dv + j] = b->sv[j * dk + i];
+    } else if (chunked) {
         ops->chunked(&h, j0, nj, b->ws[1]);
-    else
+    } else {
         ops->recurrent(&h, j0, nj, b->ws[0]);
+    }
 }
 
 static void compare_delta(const la_table *t, const delta_case *c, const delta_bufs *x,
@@ -524,7 +538,7 @@ static void delta_all(void)
 
                 for (int gate = 0; gate < 4; gate++)
                     for (int variant = 0; variant < 4; variant++)
-                        for (int chunked = 0; chunked <= 1; chunked++) {
+                        for (int chunked = 0; chunked <= 2; chunked++) {
                             c.gate = gate == 3 ? LA_GATE_TOKEN : (la_gate)gate;
                             c.head_gate = gate == 3;
                             c.g_ts = c.head_gate ? 0 : c.gate == LA_GATE_CHANNEL ? dk : 1;
@@ -533,7 +547,9 @@ static void delta_all(void)
                             c.phi = variant < 3 ? (linattn_phi)variant : LINATTN_PHI_IDENTITY;
                             c.k = c.l2norm ? k : k_small;
                             char algo[48] = "recurrent";
-                            if (chunked)
+                            if (chunked == 2)
+                                snprintf(algo, sizeof algo, "recurrent_vfirst");
+                            else if (chunked)
                                 snprintf(algo, sizeof algo, "chunked chunk=%lld",
                                          (long long)c.chunk);
                             snprintf(c.name, sizeof c.name,
@@ -544,7 +560,8 @@ static void delta_all(void)
                                      gate_names[c.gate], c.head_gate ? " (per head, g_ts=0)" : "",
                                      phi_names[c.phi], c.l2norm);
                             snprintf(current, sizeof current, "scalar delta ops, %s", c.name);
-                            run_delta(ref_ops, &c, chunked, 0, dv, &ref);
+                            /* V-first against the scalar K-first recurrent op */
+                            run_delta(ref_ops, &c, chunked == 2 ? 0 : chunked, 0, dv, &ref);
                             for (int r = 0; r < nruns; r++) {
                                 const la_table *t = runs[r].t;
                                 if (!t->delta)
@@ -625,6 +642,7 @@ START_TEST(every_op_of_every_table)
             run->add[i] = (op_stat){add_op_names[i], 0, 0, 0};
         run->delta[0] = (op_stat){"delta recurrent", 0, 0, 0};
         run->delta[1] = (op_stat){"delta chunked", 0, 0, 0};
+        run->delta[2] = (op_stat){"delta recurrent_vfirst", 0, 0, 0};
         snprintf(current, sizeof current, "%s size ops", run->t->name);
         size_ops(run->t, &run->size);
     }
@@ -644,11 +662,12 @@ START_TEST(every_op_of_every_table)
             printf("%-12s additive ops: not provided (the registry resolves a lower table's)\n",
                    t->name);
         if (t->delta)
-            report(t, run->delta, 2);
+            report(t, run->delta, 3);
         else
             printf("%-12s delta ops: not provided (the registry resolves a lower table's)\n",
                    t->name);
-        failed += run->size.failed + run->delta[0].failed + run->delta[1].failed;
+        failed += run->size.failed + run->delta[0].failed + run->delta[1].failed +
+                  run->delta[2].failed;
         for (int i = 0; i < N_ADD_OPS; i++)
             failed += run->add[i].failed;
     }

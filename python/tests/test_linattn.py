@@ -668,6 +668,12 @@ def test_pool_ssm_state_indices_in_place(fn, v_first):
             continue
         on, sn = f(q[:, sl], k[:, sl], v[:, sl], initial_state=h0, output_final_state=True,
                    state_v_first=v_first, **_cut(kw, sl))
+        if v_first and 'gla' not in fn:
+            # short delta-rule calls run the V-first kernels in place: their
+            # dot products sum along K, so equal to rounding
+            np.testing.assert_allclose(o[:, sl], on, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(pool[idx[n]], sn[0], rtol=1e-5, atol=1e-5)
+            continue
         np.testing.assert_array_equal(o[:, sl], on)
         np.testing.assert_array_equal(pool[idx[n]], sn[0])
     for slot in (0, 3, 4, 6, 7):
@@ -759,8 +765,8 @@ def test_torch_pool_in_place():
     assert st is pool and isinstance(o, torch.Tensor)
     on, sn = linattn.fused_recurrent_gated_delta_rule(
         q, k, v, initial_state=ref[2:3], output_final_state=True, state_v_first=True, **kw)
-    np.testing.assert_array_equal(o.numpy(), on)
-    np.testing.assert_array_equal(pool[2].numpy(), sn[0])
+    np.testing.assert_allclose(o.numpy(), on, rtol=1e-5, atol=1e-5)  # V-first kernels
+    np.testing.assert_allclose(pool[2].numpy(), sn[0], rtol=1e-5, atol=1e-5)
 
 
 # --- torch ------------------------------------------------------------------

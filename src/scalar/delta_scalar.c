@@ -88,6 +88,37 @@ static void recurrent_scalar(const la_delta_head *h, int64_t j0, int64_t nj, voi
     }
 }
 
+/* The same on a V-first state (column j: the dk floats at s + j * s_vld),
+ * column by column: acc = S_j . kh after the decay, then the update and
+ * S_j . qh. */
+static void recurrent_vfirst_scalar(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
+{
+    const int64_t dk = h->dk;
+    float *qh = ws, *kh = qh + dk, *a = kh + dk;
+    for (int64_t t = 0; t < h->T; t++) {
+        features(h, h->q + t * h->q_ts, h->scale, qh);
+        features(h, h->k + t * h->k_ts, 1.0f, kh);
+        for (int64_t i = 0; i < dk; i++)
+            a[i] = h->gate == LA_GATE_NONE      ? 1.0f
+                   : h->gate == LA_GATE_TOKEN   ? decay_of(h->g[t * h->g_ts])
+                                                : decay_of(h->g[t * h->g_ts + i]);
+        const float beta = h->beta[t * h->beta_ts];
+        for (int64_t j = j0; j < j0 + nj; j++) {
+            float *row = h->s + j * h->s_vld, acc = 0.0f, out = 0.0f;
+            for (int64_t i = 0; i < dk; i++) {
+                row[i] *= a[i];
+                acc = fmaf(row[i], kh[i], acc);
+            }
+            const float u = beta * (h->v[t * h->v_ts + j] - acc);
+            for (int64_t i = 0; i < dk; i++) {
+                row[i] = fmaf(kh[i], u, row[i]);
+                out = fmaf(row[i], qh[i], out);
+            }
+            h->o[t * h->o_ts + j] = out;
+        }
+    }
+}
+
 /* ---- chunked ----------------------------------------------------------- */
 
 /* Every table's chunk and algorithm choice (the SIMD tables' ops point
@@ -258,6 +289,7 @@ const la_delta_ops la_delta_scalar = {
     .recurrent_bytes = recurrent_bytes_scalar,
     .chunked_bytes = chunked_bytes_scalar,
     .recurrent = recurrent_scalar,
+    .recurrent_vfirst = recurrent_vfirst_scalar,
     .chunked = chunked_scalar,
     .default_chunk = la_delta_default_chunk,
     .prefer_chunked = la_delta_prefer_chunked,

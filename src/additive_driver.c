@@ -21,9 +21,9 @@
  * step's kernel): below it the chunk machinery costs more than it saves. */
 enum { AUTO_RECURRENT_MAX_T = 16 };
 
-static int64_t chunk_for(const la_additive_ops *ops, const la_call *c)
+static int64_t chunk_for(const la_tuning *t, const la_call *c)
 {
-    const int64_t n = c->chunk ? c->chunk : ops->default_chunk(c->dk, c->dv, c->gate);
+    const int64_t n = c->chunk ? c->chunk : la_tuned_chunk(t->additive_chunk, c->dk, c->dv, c->gate);
     return n < c->T ? n : c->T;
 }
 
@@ -517,9 +517,10 @@ static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c
 
 /* AUTO above a handful of tokens: the table's measured choice for the
  * shape. Never the thread count: results must not depend on it. */
-static int auto_recurrent(const la_additive_ops *ops, const la_call *c)
+static int auto_recurrent(const la_tuning *t, const la_call *c)
 {
-    return c->T > AUTO_RECURRENT_MAX_T && !ops->prefer_chunked(c->T, c->dk, c->dv, c->gate);
+    return c->T > AUTO_RECURRENT_MAX_T &&
+           !la_tuned_chunked(t->additive_chunked_above_dk, c->dk, c->gate);
 }
 
 linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
@@ -529,9 +530,9 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
     const int wanted = la_threads_wanted(c->num_threads);
     const int forward = c->causal && !c->step;
     if (forward && (c->algo == LINATTN_ALGO_RECURRENT ||
-                    (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(ops, c))))
+                    (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(kern->additive_tuning, c))))
         return run_recurrent(ops, c, wanted);
-    head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(ops, c)};
+    head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
     /* AUTO runs a handful of tokens through the step's token loop (no
      * workspace, and bitwise a sequence of steps) */
     j.chunked = forward && (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);

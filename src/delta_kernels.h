@@ -448,6 +448,4 @@ const la_delta_ops LA_DELTA_OPS = {
     .chunked_bytes = delta_chunked_bytes,
     .recurrent = delta_recurrent,
     .chunked = delta_chunked,
-    .default_chunk = la_delta_default_chunk,
-    .prefer_chunked = la_delta_prefer_chunked,
 };

@@ -23,7 +23,8 @@ enum { AUTO_RECURRENT_MAX_T = 16 };
 
 static int64_t chunk_for(const la_tuning *t, const la_call *c)
 {
-    const int64_t n = c->chunk ? c->chunk : la_tuned_chunk(t->additive_chunk, c->dk, c->dv, c->gate);
+    const int64_t n =
+        c->chunk ? c->chunk : la_tuned_chunk(t->additive_chunk, c->dk, c->dv, c->gate);
     return n < c->T ? n : c->T;
 }
 

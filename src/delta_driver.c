@@ -94,7 +94,8 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
                               la_tuned_chunked(kern->delta_tuning->delta_chunked_above_dk, c->dk,
                                                c->gate)));
     if (j.chunked) {
-        j.chunk = c->chunk ? c->chunk : la_tuned_chunk(kern->delta_tuning->delta_chunk, c->dk, c->dv, c->gate);
+        j.chunk = c->chunk ? c->chunk
+                           : la_tuned_chunk(kern->delta_tuning->delta_chunk, c->dk, c->dv, c->gate);
         if (j.chunk > c->T)
             j.chunk = c->T;
     }

@@ -209,9 +209,15 @@ static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void
             float *s = h->s + jb, *o = h->o + jb;
             const float *v = h->v + jb;
             switch (h->gate) { /* one sweep per gate (see delta_tile_tokens) */
-            case LA_GATE_NONE: delta_tile_gate(h, s, v, o, f, dkp, t0, n, nv, wl, LA_GATE_NONE); break;
-            case LA_GATE_TOKEN: delta_tile_gate(h, s, v, o, f, dkp, t0, n, nv, wl, LA_GATE_TOKEN); break;
-            default: delta_tile_gate(h, s, v, o, f, dkp, t0, n, nv, wl, LA_GATE_CHANNEL); break;
+            case LA_GATE_NONE:
+                delta_tile_gate(h, s, v, o, f, dkp, t0, n, nv, wl, LA_GATE_NONE);
+                break;
+            case LA_GATE_TOKEN:
+                delta_tile_gate(h, s, v, o, f, dkp, t0, n, nv, wl, LA_GATE_TOKEN);
+                break;
+            default:
+                delta_tile_gate(h, s, v, o, f, dkp, t0, n, nv, wl, LA_GATE_CHANNEL);
+                break;
             }
         }
     }

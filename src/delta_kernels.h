@@ -180,18 +180,11 @@ static size_t delta_recurrent_bytes(int64_t T, int64_t dk, int64_t nj)
                                       la_size_of_dim(round_vw(dk))));
 }
 
-/* A tile of nv vectors under a constant gate; whole tiles also get a
- * constant last width: no masked accesses. */
-LA_INLINE void delta_tile_gate(const la_delta_head *h, float *s, const float *v, float *o,
-                               const float *f, int64_t dkp, int64_t t0, int64_t n, int nv,
-                               int64_t wl, la_gate gate)
+/* A whole tile (constant width: no masked accesses) under a constant gate. */
+LA_INLINE void delta_tile_whole(const la_delta_head *h, float *s, const float *v, float *o,
+                                const float *f, int64_t dkp, int64_t t0, int64_t n, la_gate gate)
 {
-#define DELTA_TOKENS(k) delta_tile_tokens(h, s, v, o, f, dkp, t0, n, k, wl, gate)
-    if (nv == LA_DELTA_NV && wl == LA_VW)
-        delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, LA_VW, gate);
-    else
-        LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_TOKENS);
-#undef DELTA_TOKENS
+    delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, LA_VW, gate);
 }
 
 static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
@@ -208,17 +201,18 @@ static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void
             const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
             float *s = h->s + jb, *o = h->o + jb;
             const float *v = h->v + jb;
-            switch (h->gate) { /* one sweep per gate (see delta_tile_tokens) */
-            case LA_GATE_NONE:
-                delta_tile_gate(h, s, v, o, f, dkp, t0, n, nv, wl, LA_GATE_NONE);
-                break;
-            case LA_GATE_TOKEN:
-                delta_tile_gate(h, s, v, o, f, dkp, t0, n, nv, wl, LA_GATE_TOKEN);
-                break;
-            default:
-                delta_tile_gate(h, s, v, o, f, dkp, t0, n, nv, wl, LA_GATE_CHANNEL);
-                break;
-            }
+            /* whole tiles: one sweep per gate (see delta_tile_tokens); ragged
+             * ones (dv not a multiple of the tile, narrowed tiles) read it */
+#define DELTA_TOKENS(k) delta_tile_tokens(h, s, v, o, f, dkp, t0, n, k, wl, h->gate)
+            if (nv < LA_DELTA_NV || wl < LA_VW)
+                LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_TOKENS);
+            else if (h->gate == LA_GATE_NONE)
+                delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_NONE);
+            else if (h->gate == LA_GATE_TOKEN)
+                delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_TOKEN);
+            else
+                delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_CHANNEL);
+#undef DELTA_TOKENS
         }
     }
 }

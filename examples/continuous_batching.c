@@ -121,7 +121,8 @@ static int decode_step(float *states, const linattn_state_pool *shape, const int
     pool.read_slots = slot; /* write slot = read slot: in place */
     linattn_operands ops;
     linattn_operands_init(&ops);
-    ops.q = q, ops.k = k, ops.v = v, ops.g = &g[0][0], ops.beta = beta, ops.o = o;
+    ops.q = &q[0][0][0], ops.k = &k[0][0][0], ops.v = &v[0][0][0], ops.g = &g[0][0];
+    ops.beta = &beta[0][0], ops.o = &o[0][0][0];
     ops.s = states, ops.pool = &pool;
     if (check(linattn_run(LINATTN_OP_DELTA_STEP, &cfg, &ops), "decode"))
         return 1;

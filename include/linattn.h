@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define LINATTN_VERSION_MAJOR 0
-#define LINATTN_VERSION_MINOR 2
+#define LINATTN_VERSION_MINOR 3
 #define LINATTN_VERSION_PATCH 0
 
 typedef enum {
@@ -88,29 +88,6 @@ typedef enum {
     LINATTN_HEADS_TILED        /* value head h reads q/k head h % qk_heads */
 } linattn_head_map;
 
-/* Element types. g, A_log and dt_bias are always float32. */
-typedef enum {
-    LINATTN_F32 = 0,
-    LINATTN_BF16, /* bfloat16: the top 16 bits of a float32 */
-    LINATTN_F16   /* IEEE binary16 */
-} linattn_dtype;
-
-/* What g holds (appended config field gate_act). */
-typedef enum {
-    LINATTN_GATE_ACT_NONE = 0, /* g are log-decays, finite and <= 0 */
-    /* g are raw projections a: g = -exp(A_log[h]) * softplus(a + dt_bias) */
-    LINATTN_GATE_ACT_SOFTPLUS,
-    /* KDA's bounded form: g = lower_bound * sigmoid(exp(A_log[h]) * (a + dt_bias)) */
-    LINATTN_GATE_ACT_BOUNDED_SIGMOID
-} linattn_gate_act;
-
-/* What beta holds (delta rule; appended config field beta_act). */
-typedef enum {
-    LINATTN_BETA_ACT_NONE = 0,   /* beta in [0, 2] as given */
-    LINATTN_BETA_ACT_SIGMOID,    /* beta = sigmoid(b) from logits */
-    LINATTN_BETA_ACT_SIGMOID2    /* beta = 2 sigmoid(b) (fla's allow_neg_eigval) */
-} linattn_beta_act;
-
 /* Strides in elements. The feature dimension is always contiguous. */
 typedef struct {
     int64_t batch, head, token;
@@ -139,14 +116,6 @@ typedef struct {
      * float sum has not absorbed (zero it with z), carried across calls so
      * that a long run of linattn_step calls keeps z accurate. */
     int z_compensated;
-    /* Appended in 0.3.0; read by linattn_run and plans (the float entry
-     * points above need F32 and no activations). */
-    linattn_dtype dtype;       /* F32: q, k, v, beta */
-    linattn_dtype out_dtype;   /* F32: o */
-    linattn_dtype state_dtype; /* F32 or BF16: s (arithmetic stays float32) */
-    linattn_gate_act gate_act; /* NONE */
-    linattn_beta_act beta_act; /* NONE */
-    float lower_bound;         /* BOUNDED_SIGMOID: the bound (negative) */
 } linattn_config;
 
 /* Defaults as commented above; all strides contiguous. */
@@ -192,10 +161,9 @@ LINATTN_API linattn_status linattn_delta_step(const linattn_config *cfg, const f
                                               const float *k, const float *v, const float *g,
                                               const float *beta, float *o, float *s);
 
-/* ==== 0.3.0: dtypes, fused input activations, state pools, packed
- * sequences, snapshots and plans. Everything below goes through one
- * operand struct and one entry point; the four calls above are the same
- * computation with float32 operands, one contiguous state per (b, h) and
+/* ==== 0.3.0: state pools, packed sequences, snapshots and plans. Everything
+ * below goes through one operand struct and one entry point; the four calls
+ * above are the same computation with one contiguous state per (b, h) and
  * the library's own threads. ==== */
 
 /* The four computations. */
@@ -206,8 +174,8 @@ typedef enum {
     LINATTN_OP_DELTA_STEP
 } linattn_op;
 
-/* Where the recurrent states live. s_* strides are in elements of
- * cfg->state_dtype; z_* in floats (z elements contiguous). */
+/* Where the recurrent states live. Strides in floats (z elements
+ * contiguous). */
 typedef struct {
     int64_t slots;                  /* slots in the pool; every index is checked against it */
     int64_t slot, head, row, col;   /* s strides: slot, value head, key row i, value column j */
@@ -225,14 +193,10 @@ typedef struct {
 
 typedef struct {
     size_t struct_size; /* sizeof(linattn_operands); set by linattn_operands_init */
-    const void *q, *k, *v; /* cfg->dtype */
-    const float *g;        /* log-decays, or raw projections with cfg->gate_act */
-    const void *beta;      /* delta rule; cfg->dtype */
-    void *o;               /* cfg->out_dtype */
-    void *s;               /* cfg->state_dtype; NULL as in linattn_forward */
+    const float *q, *k, *v, *g, *beta; /* as in the calls above */
+    float *o;
+    float *s; /* the state: contiguous [B][H][dk][dv] without a pool, else the pool */
     float *z;
-    const float *A_log;    /* [heads] with gate_act */
-    const float *dt_bias;  /* [heads], or [heads][dk] with a CHANNEL gate; NULL: zero */
     /* NULL (pool.slots = 0): s is [B][H][dk][dv] contiguous as in the
      * calls above. Else the pool form below. */
     const linattn_state_pool *pool;
@@ -244,7 +208,7 @@ typedef struct {
 
 LINATTN_API void linattn_operands_init(linattn_operands *ops);
 
-/* Any op, any dtype, pool or contiguous state, on the library's threads. */
+/* Any op, pool or contiguous state, packed or not, on the library's threads. */
 LINATTN_API linattn_status linattn_run(linattn_op op, const linattn_config *cfg,
                                        const linattn_operands *ops);
 

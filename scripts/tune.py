@@ -3,9 +3,11 @@
 machine, and print them as Markdown tables to paste into docs/kernels.md:
 
   crossover  chunked against value-tiled recurrent forward, per table, dk
-             and gate (what `prefer_chunked` of the table decides);
+             and gate (AUTO's choice: `additive_chunked_above_dk`);
   chunks     the chunked forward's tokens/s against the chunk length, and
-             the library's default (what `default_chunk` decides).
+             the library's default (`additive_chunk`);
+  struct     each table's `la_tuning` entry (src/tuning.h) for this machine,
+             from the two tables above, to paste into the table's source.
 
 Each figure is the best of --repeat runs of linattn-bench (one thread,
 B=1, H=8, elu+1 normalised, T=4096; T=2048 at dk=256). Run it on an idle
@@ -56,6 +58,8 @@ def mtok(x):
 
 
 def crossover(args, shapes):
+    """Prints the table; returns {(isa, dk, gate): True where chunked is faster}."""
+    won = {}
     print("| table | dk=dv | T | gate | chunked | recurrent | faster | peak GFLOP/s |")
     print("|---|---|---|---|---|---|---|---|")
     for (B, H, T, dk) in shapes:
@@ -65,12 +69,16 @@ def crossover(args, shapes):
             for isa in sorted(set(c) & set(r)):
                 tc, tr = c[isa][0], r[isa][0]
                 faster = "recurrent" if tr > tc else "chunked"
+                won[(isa, dk, gate)] = tc >= tr
                 print("| %s | %d | %d | %s | %s | %s | %s (%.2fx) | %.0f |" % (
                     isa, dk, T, gate, mtok(tc), mtok(tr), faster, max(tc, tr) / min(tc, tr),
                     r[isa][1]["peak_gflops"]))
+    return won
 
 
 def chunks(args, shapes):
+    """Prints the table; returns {(isa, dk, gate): the fastest chunk}."""
+    bests = {}
     print("| table | dk=dv | gate | " + " | ".join("chunk %d" % n for n in CHUNKS) +
           " | default | best |")
     print("|---|---|---|" + "---|" * (len(CHUNKS) + 2))
@@ -82,9 +90,74 @@ def chunks(args, shapes):
             for isa in sorted(default):
                 figures = {n: per[n][isa][0] for n in CHUNKS if isa in per[n]}
                 best = max(figures, key=figures.get)
+                bests[(isa, dk, gate)] = best
                 print("| %s | %d | %s | %s | %s | %d |" % (
                     isa, dk, gate, " | ".join(mtok(figures[n]) for n in CHUNKS if n in figures),
                     mtok(default[isa][0]), best))
+    return bests
+
+
+def cpu_key():
+    """vendor, family, model from /proc/cpuinfo, and the la_uarch key
+    src/cpu.c gives such a CPU (keep the two in step)."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if ":" in line:
+                    k, v = (x.strip() for x in line.split(":", 1))
+                    info.setdefault(k, v)
+    except OSError:
+        pass
+    vendor, family = info.get("vendor_id", "?"), int(info.get("cpu family", "0") or 0)
+    model = info.get("model", "?")
+    flags = info.get("flags", "").split()
+    avx512 = all(f in flags for f in ("avx512f", "avx512vl", "avx512bw", "avx512dq"))
+    if vendor == "AuthenticAMD" and family >= 0x17:
+        key = "LA_UARCH_ZEN4"
+    elif vendor == "GenuineIntel" and family == 6 and avx512:
+        key = "LA_UARCH_SAPPHIRE_RAPIDS"
+    else:
+        key = "LA_UARCH_OTHER"
+    return "%s family %d model %s" % (vendor, family, model), key
+
+
+def threshold(won, isa, gate, dks):
+    """additive_chunked_above_dk for one gate: the largest dk measured where
+    the recurrent form won, when the chunked form won at every larger one."""
+    above = "0"
+    for dk in sorted(dks):
+        if (isa, dk, gate) not in won:
+            continue
+        if not won[(isa, dk, gate)]:
+            above = str(dk)
+    # a recurrent win above a chunked one: the recurrent form up to there
+    return "LA_TUNE_NEVER" if above == str(max(dks)) else above
+
+
+def struct(won, bests, dks):
+    cpu, key = cpu_key()
+    isas = sorted({k[0] for k in won})
+    for isa in isas:
+        print("/* %s table: scripts/tune.py on %s (%s), %s */" %
+              (isa, cpu_model(), cpu, datetime.date.today().isoformat()))
+        print("{")
+        print("    .uarch = %s," % key)
+        print("    .additive_chunked_above_dk = {%s}," %
+              ", ".join(threshold(won, isa, g, dks) for g in GATES))
+        if bests:
+            # row 0 is used for dk, dv <= 64, row 1 above: the nearest dk measured
+            measured = sorted({k[1] for k in bests if k[0] == isa})
+            small = [d for d in measured if d <= 64] or measured[:1]
+            large = [d for d in measured if d > 64] or small
+            rows = []
+            for dk in (small[-1], large[0]):
+                rows.append("{%s}" % ", ".join(str(bests.get((isa, dk, g), 0)) for g in GATES))
+            print("    .additive_chunk = {%s}," % ", ".join(rows))
+        else:
+            print("    /* .additive_chunk: run with --chunks */")
+        print("    LA_DELTA_TUNING_ZEN4, /* the delta family: not measured by tune.py */")
+        print("},")
 
 
 def main():
@@ -107,10 +180,13 @@ def main():
           "normalised; millions of tokens/s, best of %d.\n" %
           (cpu_model(), datetime.date.today().isoformat(), shapes[0][1], args.repeat))
     try:
-        crossover(args, shapes)
+        won = crossover(args, shapes)
+        bests = {}
         if args.chunks:
             print()
-            chunks(args, shapes[:2])
+            bests = chunks(args, shapes[:2])
+        print()
+        struct(won, bests, [s[3] for s in shapes])
     except (OSError, subprocess.CalledProcessError) as e:
         sys.exit("tune.py: running %s failed: %s" % (args.bench, e))
     return 0

@@ -80,12 +80,8 @@ typedef struct la_head {
 } la_head;
 
 typedef struct la_additive_ops {
-    /* Chunk size used when the config says 0 (the table's measured best). */
-    int64_t (*default_chunk)(int64_t dk, int64_t dv, la_gate gate);
-    /* AUTO's choice for a causal forward of T tokens with at least as many
-     * heads as threads: 1 for the chunked form, 0 for the value-tiled
-     * recurrent one (the table's measured crossover). */
-    int (*prefer_chunked)(int64_t T, int64_t dk, int64_t dv, la_gate gate);
+    /* (The default chunk and AUTO's choice are the table's tuning data,
+     * tuning.h.) */
     /* Bytes of one pack for chunks of up to `chunk` rows, formed with the
      * saturating arithmetic of sizes.h (SIZE_MAX: too big); the driver gives
      * chunk_pack a 64-byte aligned buffer of this size. */

@@ -21,9 +21,10 @@
  * step's kernel): below it the chunk machinery costs more than it saves. */
 enum { AUTO_RECURRENT_MAX_T = 16 };
 
-static int64_t chunk_for(const la_additive_ops *ops, const la_call *c)
+static int64_t chunk_for(const la_tuning *t, const la_call *c)
 {
-    const int64_t n = c->chunk ? c->chunk : ops->default_chunk(c->dk, c->dv, c->gate);
+    const int64_t n =
+        c->chunk ? c->chunk : la_tuned_chunk(t->additive_chunk, c->dk, c->dv, c->gate);
     return n < c->T ? n : c->T;
 }
 
@@ -526,26 +527,29 @@ static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c
 
 /* AUTO above a handful of tokens: the table's measured choice for the
  * shape. Never the thread count: results must not depend on it. */
-static int auto_recurrent(const la_additive_ops *ops, const la_call *c)
+static int auto_recurrent(const la_tuning *t, const la_call *c)
 {
-    return c->T > AUTO_RECURRENT_MAX_T && !ops->prefer_chunked(c->T, c->dk, c->dv, c->gate);
+    return c->T > AUTO_RECURRENT_MAX_T &&
+           !la_tuned_chunked(t->additive_chunked_above_dk, c->dk, c->gate);
 }
 
 /* ---- one head on the calling thread (state pools, packed sequences, plans)
  * c is a B = H = 1 call whose s (and z) are the unit's working state; the
  * path is chosen as la_additive_run chooses it, so a head computes the same
  * bits whichever way it is run. */
-static int head_recurrent(const la_additive_ops *ops, const la_call *c)
+static int head_recurrent(const la_kernels *kern, const la_call *c)
 {
     return c->causal && !c->step &&
            (c->algo == LINATTN_ALGO_RECURRENT ||
-            (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(ops, c)));
+            (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(kern->additive_tuning, c)));
 }
 
-static head_job head_job_for(const la_additive_ops *ops, const la_call *c)
+static head_job head_job_for(const la_kernels *kern, const la_call *c)
 {
-    head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(ops, c)};
-    j.chunked = c->causal && !c->step && (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);
+    const la_additive_ops *ops = kern->additive;
+    head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
+    j.chunked = c->causal && !c->step &&
+                (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);
     const size_t pack = j.chunked ? ops->pack_bytes(j.chunk, c->dk, c->dv) : 0;
     j.w = ws_plan(c, j.chunked, j.chunk, pack);
     return j;
@@ -555,26 +559,26 @@ size_t la_additive_head_bytes(const la_kernels *kern, const la_call *c)
 {
     if (c->T < 1)
         return 0;
-    if (head_recurrent(kern->additive, c)) {
+    if (head_recurrent(kern, c)) {
         rec_job j;
         rec_setup(&j, kern->additive, c, 1);
         return j.per_thread;
     }
-    return head_job_for(kern->additive, c).w.total;
+    return head_job_for(kern, c).w.total;
 }
 
 void la_additive_head_run(const la_kernels *kern, const la_call *c, void *ws)
 {
     if (c->T < 1)
         return;
-    if (head_recurrent(kern->additive, c)) {
+    if (head_recurrent(kern, c)) {
         rec_job j;
         rec_setup(&j, kern->additive, c, 1);
         j.ws = ws;
         rec_unit(&j, 0, 0);
         return;
     }
-    head_job j = head_job_for(kern->additive, c);
+    head_job j = head_job_for(kern, c);
     j.ws = ws;
     run_head(&j, 0, 0);
 }
@@ -586,9 +590,9 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
     const int wanted = la_threads_wanted(c->num_threads);
     const int forward = c->causal && !c->step;
     if (forward && (c->algo == LINATTN_ALGO_RECURRENT ||
-                    (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(ops, c))))
+                    (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(kern->additive_tuning, c))))
         return run_recurrent(ops, c, wanted);
-    head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(ops, c)};
+    head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
     /* AUTO runs a handful of tokens through the step's token loop (no
      * workspace, and bitwise a sequence of steps) */
     j.chunked = forward && (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);

@@ -32,17 +32,6 @@ linattn_status la_check_run_fields(linattn_op op, const linattn_config *cfg,
                        "cfg->struct_size = %zu, expected %zu: linattn_run reads the 0.3 "
                        "config fields; fill cfg with linattn_config_init",
                        cfg->struct_size, sizeof *cfg);
-    /* float32 only on this path for now (the dtype stage lands separately) */
-    const char *bad = cfg->dtype != LINATTN_F32         ? "dtype"
-                      : cfg->out_dtype != LINATTN_F32   ? "out_dtype"
-                      : cfg->state_dtype != LINATTN_F32 ? "state_dtype"
-                      : cfg->gate_act != LINATTN_GATE_ACT_NONE ? "gate_act"
-                      : cfg->beta_act != LINATTN_BETA_ACT_NONE ? "beta_act"
-                                                               : NULL;
-    if (bad)
-        return la_fail(LINATTN_E_ARG, "cfg->%s: only float32 operands without input "
-                                      "activations are supported by this build",
-                       bad);
     if (ops->cu_seqlens == NULL && ops->num_seqs != 0)
         return la_fail(LINATTN_E_ARG,
                        "num_seqs = %lld but cu_seqlens is NULL: num_seqs counts packed sequences",

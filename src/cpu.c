@@ -1,9 +1,11 @@
 /* The only file that asks the CPU what it can do: a mask of LA_FEAT_* bits,
- * read once by the registry. */
+ * and which machine's tuning entries fit it best, read once by the
+ * registry. */
 #include "table.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpu_features/cpuinfo_x86.h>
+#include <string.h>
 
 uint32_t la_cpu_features(void)
 {
@@ -21,6 +23,23 @@ uint32_t la_cpu_features(void)
     return m;
 }
 
+/* The nearest machine a table has tuning entries for (tuning.h), by vendor
+ * and family/model: AMD Zen (family 0x17 and later) takes Zen 4's
+ * figures; an Intel core with AVX-512 usable (Sapphire Rapids 143, Emerald
+ * Rapids 207, and the other Xeons, which like them have two 512-bit FMA
+ * pipes on most parts) the Sapphire Rapids ones; anything else each
+ * table's first entry. */
+la_uarch la_cpu_uarch(void)
+{
+    const X86Info i = GetX86Info();
+    if (strcmp(i.vendor, "AuthenticAMD") == 0 && i.family >= 0x17)
+        return LA_UARCH_ZEN4;
+    if (strcmp(i.vendor, "GenuineIntel") == 0 && i.family == 6 &&
+        (la_cpu_features() & LA_FEAT_AVX512) != 0)
+        return LA_UARCH_SAPPHIRE_RAPIDS;
+    return LA_UARCH_OTHER;
+}
+
 #elif defined(__aarch64__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -32,6 +51,9 @@ uint32_t la_cpu_features(void)
     return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0 ? LA_FEAT_ASIMD : 0;
 }
 
+la_uarch la_cpu_uarch(void) { return LA_UARCH_OTHER; }
+
 #else
 uint32_t la_cpu_features(void) { return 0; }
+la_uarch la_cpu_uarch(void) { return LA_UARCH_OTHER; }
 #endif

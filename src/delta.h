@@ -68,15 +68,8 @@ typedef struct la_delta_ops {
      * recurrent_bytes. The dot products run along the key axis, so the
      * results agree with recurrent's to rounding, not bit for bit. */
     void (*recurrent_vfirst)(const la_delta_head *h, int64_t j0, int64_t nj, void *ws);
-    /* Chunk size for chunk = 0, and AUTO's choice (1: chunked) for T tokens;
-     * both from measurements of this table. */
-    int64_t (*default_chunk)(int64_t dk, int64_t dv, la_gate gate);
-    int (*prefer_chunked)(int64_t T, int64_t dk, int64_t dv, la_gate gate);
+    /* (The default chunk and AUTO's choice are the table's tuning data,
+     * tuning.h.) */
 } la_delta_ops;
-
-/* scalar/delta_scalar.c: the choice every table makes today, one
- * definition for all their ops. */
-int64_t la_delta_default_chunk(int64_t dk, int64_t dv, la_gate gate);
-int la_delta_prefer_chunked(int64_t T, int64_t dk, int64_t dv, la_gate gate);
 
 #endif

@@ -72,13 +72,14 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
 }
 
 /* The algorithm and chunk of a call: never the thread count. */
-static void choose_algo(delta_job *j, const la_delta_ops *ops, const la_call *c)
+static void choose_algo(delta_job *j, const la_kernels *kern, const la_call *c)
 {
+    const la_tuning *t = kern->delta_tuning;
     j->chunked = !c->step && (c->algo == LINATTN_ALGO_CHUNKED ||
                               (c->algo == LINATTN_ALGO_AUTO &&
-                               ops->prefer_chunked(c->T, c->dk, c->dv, c->gate)));
+                               la_tuned_chunked(t->delta_chunked_above_dk, c->dk, c->gate)));
     if (j->chunked) {
-        j->chunk = c->chunk ? c->chunk : ops->default_chunk(c->dk, c->dv, c->gate);
+        j->chunk = c->chunk ? c->chunk : la_tuned_chunk(t->delta_chunk, c->dk, c->dv, c->gate);
         if (j->chunk > c->T)
             j->chunk = c->T;
     }
@@ -102,7 +103,7 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
     if (j.tile > c->dv)
         j.tile = c->dv;
     j.ntiles = (c->dv + j.tile - 1) / j.tile;
-    choose_algo(&j, ops, c);
+    choose_algo(&j, kern, c);
     j.zero_bytes = c->s ? 0 : la_size_floats(c->head_state_elems);
     j.kernel_bytes = la_size_up64(j.chunked ? ops->chunked_bytes(j.chunk, c->dk, j.tile)
                                             : ops->recurrent_bytes(c->T, c->dk, j.tile));
@@ -135,7 +136,7 @@ size_t la_delta_head_bytes(const la_kernels *kern, const la_call *c, int64_t nj)
     if (c->T < 1)
         return 0;
     delta_job j = {0};
-    choose_algo(&j, kern->delta, c);
+    choose_algo(&j, kern, c);
     return la_size_up64(j.chunked ? kern->delta->chunked_bytes(j.chunk, c->dk, nj)
                                   : kern->delta->recurrent_bytes(c->T, c->dk, nj));
 }
@@ -145,7 +146,7 @@ void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int
     if (c->T < 1)
         return;
     delta_job j = {0};
-    choose_algo(&j, kern->delta, c);
+    choose_algo(&j, kern, c);
     la_delta_head h = head_at(c, 0, j.chunk);
     h.s = c->s;
     if (j.chunked)
@@ -160,7 +161,7 @@ void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int
 int la_delta_head_recurrent(const la_kernels *kern, const la_call *c)
 {
     delta_job j = {0};
-    choose_algo(&j, kern->delta, c);
+    choose_algo(&j, kern, c);
     return !j.chunked;
 }
 
@@ -168,7 +169,7 @@ void la_delta_head_run_vfirst(const la_kernels *kern, const la_call *c, int64_t 
                               float *s, int64_t ld, void *ws)
 {
     delta_job j = {0};
-    choose_algo(&j, kern->delta, c);
+    choose_algo(&j, kern, c);
     if (c->T < 1)
         return;
     la_delta_head h = head_at(c, 0, j.chunk);

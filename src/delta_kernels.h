@@ -102,13 +102,14 @@ LA_INLINE void delta_prepare(const la_delta_head *h, int64_t t, float *f, int64_
  * written once per token, and the accumulators stay in registers. */
 LA_INLINE void delta_tile_tokens(const la_delta_head *h, float *s, const float *v0, float *o0,
                                  const float *f, int64_t dkp, int64_t t0, int64_t n, int nv,
-                                 int64_t wl)
+                                 int64_t wl, la_gate gate)
 {
     /* locals, not h->...: vector stores may alias anything, so fields read
-     * through h would be reloaded after every store of the sweep */
+     * through h would be reloaded after every store of the sweep. gate is a
+     * constant at each call site: GCC did not unswitch the sweep on h->gate
+     * and kept two branches, a jump and a spilled accumulator in it. */
     const int64_t dk = h->dk, dv = h->dv, fs = DELTA_FEATURES * dkp;
     const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
-    const la_gate gate = h->gate;
     la_vf acc[LA_DELTA_NV], u[LA_DELTA_NV], out[LA_DELTA_NV];
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
 #define ST(p, x, y)                                                                               \
@@ -179,6 +180,13 @@ static size_t delta_recurrent_bytes(int64_t T, int64_t dk, int64_t nj)
                                       la_size_of_dim(round_vw(dk))));
 }
 
+/* A whole tile (constant width: no masked accesses) under a constant gate. */
+LA_INLINE void delta_tile_whole(const la_delta_head *h, float *s, const float *v, float *o,
+                                const float *f, int64_t dkp, int64_t t0, int64_t n, la_gate gate)
+{
+    delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, LA_VW, gate);
+}
+
 static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dkp = round_vw(h->dk);
@@ -193,12 +201,17 @@ static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void
             const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
             float *s = h->s + jb, *o = h->o + jb;
             const float *v = h->v + jb;
-            /* whole tiles also get a constant last width: no masked accesses */
-#define DELTA_TOKENS(k) delta_tile_tokens(h, s, v, o, f, dkp, t0, n, k, wl)
-            if (nv == LA_DELTA_NV && wl == LA_VW)
-                delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, LA_VW);
-            else
+            /* whole tiles: one sweep per gate (see delta_tile_tokens); ragged
+             * ones (dv not a multiple of the tile, narrowed tiles) read it */
+#define DELTA_TOKENS(k) delta_tile_tokens(h, s, v, o, f, dkp, t0, n, k, wl, h->gate)
+            if (nv < LA_DELTA_NV || wl < LA_VW)
                 LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_TOKENS);
+            else if (h->gate == LA_GATE_NONE)
+                delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_NONE);
+            else if (h->gate == LA_GATE_TOKEN)
+                delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_TOKEN);
+            else
+                delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_CHANNEL);
 #undef DELTA_TOKENS
         }
     }
@@ -493,6 +506,4 @@ const la_delta_ops LA_DELTA_OPS = {
     .recurrent = delta_recurrent,
     .chunked = delta_chunked,
     .recurrent_vfirst = delta_recurrent_vfirst,
-    .default_chunk = la_delta_default_chunk,
-    .prefer_chunked = la_delta_prefer_chunked,
 };

@@ -44,11 +44,21 @@ enum {
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static uint32_t cpu;
+static la_uarch uarch;
 static la_kernels resolved[TABLE_COUNT];
 static const la_kernels *best;
 static const la_kernels *_Atomic active;
 
 int la_table_runnable(const la_table *t) { return (t->requires & ~cpu) == 0; }
+
+/* t's entry for this CPU's microarchitecture, else its first (default). */
+static const la_tuning *tuning_of(const la_table *t)
+{
+    for (int i = 0; i < t->ntuning; i++)
+        if (t->tuning[i].uarch == uarch)
+            return &t->tuning[i];
+    return &t->tuning[0];
+}
 
 /* Family F of table i: its own, else that of the nearest runnable table
  * before it (tables[0] is scalar, which has every family). */
@@ -57,6 +67,7 @@ int la_table_runnable(const la_table *t) { return (t->requires & ~cpu) == 0; }
         for (int j = (i); j >= 0; j--)                                                            \
             if (tables[j]->F && la_table_runnable(tables[j])) {                                   \
                 resolved[i].F = tables[j]->F;                                                     \
+                resolved[i].F##_tuning = tuning_of(tables[j]);                                    \
                 break;                                                                            \
             }                                                                                     \
     } while (0)
@@ -75,6 +86,7 @@ static const la_kernels *by_isa(linattn_isa isa)
 static void init(void)
 {
     cpu = la_cpu_features();
+    uarch = la_cpu_uarch();
     for (int i = 0; i < TABLE_COUNT; i++) {
         resolved[i].table = tables[i];
         RESOLVE(i, additive);

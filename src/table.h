@@ -15,6 +15,7 @@
 #include "additive.h"
 #include "delta.h"
 #include "linattn.h"
+#include "tuning.h"
 
 /* CPU features a table can require; cpu.c answers with a mask of these. */
 enum {
@@ -31,6 +32,9 @@ typedef struct la_table {
     int test_only;     /* never chosen by AUTO or by name (an emulation build) */
     const la_additive_ops *additive;
     const la_delta_ops *delta;
+    /* Measured choices per microarchitecture, the default first (tuning.h). */
+    const la_tuning *tuning;
+    int ntuning;
 } la_table;
 
 /* A table with every family resolved: what a compute call runs on. */
@@ -38,6 +42,8 @@ typedef struct la_kernels {
     const la_table *table; /* identity; its ops may be NULL, these never are */
     const la_additive_ops *additive;
     const la_delta_ops *delta;
+    /* the entry for this CPU of the table each family came from */
+    const la_tuning *additive_tuning, *delta_tuning;
 } la_kernels;
 
 /* cpu.c: the LA_FEAT_* this CPU and OS can run. */

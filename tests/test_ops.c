@@ -676,6 +676,38 @@ START_TEST(every_op_of_every_table)
 }
 END_TEST
 
+/* Every table's tuning data (tuning.h), runnable here or not: a default
+ * entry, each machine once, chunks of at least one row, thresholds a dk
+ * can be compared with; and cpu.c's key for this CPU is one of the keys. */
+START_TEST(tuning_entries)
+{
+    const la_uarch here = la_cpu_uarch();
+    ck_assert(here == LA_UARCH_OTHER || here == LA_UARCH_ZEN4 ||
+              here == LA_UARCH_SAPPHIRE_RAPIDS);
+    int ntables;
+    const la_table *const *tables = la_all_tables(&ntables);
+    for (int i = 0; i < ntables; i++) {
+        const la_table *t = tables[i];
+        ck_assert_msg(t->tuning != NULL && t->ntuning >= 1, "table %s: no tuning entry",
+                      t->name);
+        for (int e = 0; e < t->ntuning; e++) {
+            const la_tuning *u = &t->tuning[e];
+            for (int f = 0; f < e; f++)
+                ck_assert_msg(t->tuning[f].uarch != u->uarch, "table %s: entries %d and %d "
+                              "are for the same machine", t->name, f, e);
+            for (int g = 0; g < LA_GATES; g++) {
+                ck_assert_msg(u->additive_chunked_above_dk[g] >= 0 &&
+                                  u->delta_chunked_above_dk[g] >= 0,
+                              "table %s entry %d gate %d: negative threshold", t->name, e, g);
+                for (int r = 0; r < 2; r++)
+                    ck_assert_msg(u->additive_chunk[r][g] >= 1 && u->delta_chunk[r][g] >= 1,
+                                  "table %s entry %d gate %d: chunk below 1", t->name, e, g);
+            }
+        }
+    }
+}
+END_TEST
+
 int main(void)
 {
     test_seed();
@@ -710,6 +742,7 @@ int main(void)
     TCase *tc = tcase_create("ops");
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, every_op_of_every_table);
+    tcase_add_test(tc, tuning_entries);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -551,9 +551,6 @@ START_TEST(bad_slots_and_seqlens)
     w.ops.s = w.o; /* the pool over o */
     expect_refused(&w, LINATTN_E_OVERLAP, "overlaps the state pool");
     w.ops.s = w.s;
-    w.cfg.dtype = LINATTN_BF16;
-    expect_refused(&w, LINATTN_E_ARG, "cfg->dtype");
-    w.cfg.dtype = LINATTN_F32;
     w.ops.struct_size = 8;
     expect_refused(&w, LINATTN_E_ARG, "ops->struct_size");
     w.ops.struct_size = sizeof w.ops;

@@ -7,7 +7,8 @@
  *   report.c       the JSON writer, the table, the sweep CSV
  *   peak.c         the per-ISA FMA and read-modify-write loops
  *   quadratic.c    the O(T^2) baseline
- *   linattn-bench.c  the modes: default table, --decode, --sweep */
+ *   linattn-bench.c  the modes: default table, --decode, --sweep
+ *   model.c        the --model mode: whole-model decode against an RMW bound */
 #ifndef LINATTN_BENCH_H
 #define LINATTN_BENCH_H
 
@@ -81,6 +82,8 @@ typedef struct {
     bench_layout layout;
     const char *sweep;
     int64_t decode;
+    int64_t model; /* --model L: layers */
+    int gates_given;
     double min_time; /* seconds of timed calls per case */
 } bench_options;
 
@@ -161,12 +164,12 @@ typedef struct {
     int normalize, qk_l2norm;
     bench_shape sh;
     int threads, baseline;
-    int64_t chunk, tokens;
+    int64_t chunk, tokens, layers;
     double sec; /* per call (quadratic: per head) */
     double tokens_per_s, gflops, peak, frac_peak;
     double gbps, bound, frac_bound, us_per_token;
     double speedup, maxdiff, maxref;
-    double ns_per_call, us_p50, us_p99, us_max;
+    double ns_per_call, us_p50, us_p99, us_max, us_per_layer;
 } bench_result;
 
 bench_result bench_new_result(const bench_options *op, const bench_case *c, bench_kernel k,
@@ -218,6 +221,12 @@ float bench_fma_loop(linattn_isa isa, int64_t iters);
 void bench_rmw_pass(linattn_isa isa, float *s, size_t n);
 /* What the loops of isa are, for the report ("12 x zmm vfmadd", ...). */
 const char *bench_peak_desc(linattn_isa isa);
+
+/* ---- model.c ---------------------------------------------------------- */
+
+/* --model L: one token through L layers' delta steps, each on its own
+ * state, at 1 thread and all threads, B = 1 and 8 (or --shape's B). */
+void bench_run_model(const bench_options *op, linattn_isa isa);
 
 /* ---- quadratic.c ------------------------------------------------------ */
 

@@ -3,7 +3,7 @@
  * same run. Output: a readable table, or one JSON object per line (--json).
  * Run with --help for the options and what every column counts; bench.h
  * says which file holds what. This file holds the modes: the default table,
- * --decode and --sweep. */
+ * --decode and --sweep (--model is model.c). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -531,6 +531,9 @@ int main(int argc, char **argv)
         run_sweep(&op, &l);
     else if (op.decode)
         run_decode(&op, &l);
+    else if (op.model)
+        for (int i = 0; i < l.n; i++)
+            bench_run_model(&op, l.list[i]);
     else
         run_main(&op, &l);
     if (!op.json)

@@ -228,10 +228,12 @@ bench_result bench_new_result(const bench_options *op, const bench_case *c, benc
         .threads = bench_threads_used(c->family, k, s, op->threads),
         .chunk = k == K_CHUNKED ? op->chunk : -1,
         .tokens = -1,
+        .layers = -1,
         .sec = NAN, .tokens_per_s = NAN, .gflops = NAN, .peak = NAN, .frac_peak = NAN,
         .gbps = NAN, .bound = NAN, .frac_bound = NAN, .us_per_token = NAN,
         .speedup = NAN, .maxdiff = NAN, .maxref = NAN,
         .ns_per_call = NAN, .us_p50 = NAN, .us_p99 = NAN, .us_max = NAN,
+        .us_per_layer = NAN,
     };
 }
 

@@ -61,6 +61,12 @@ static void usage(void)
           "Modes (instead of the default table):\n"
           "  --decode N            decode latency: N consecutive steps on one state,\n"
           "                        each timed: mean, p50, p99, max microseconds\n"
+          "  --model L             whole-model decode: one token steps L layers' delta\n"
+          "                        states in turn (linattn_delta_step, Qwen3-Next shape,\n"
+          "                        gate token unless --gate), B = 1 and 8 unless --shape,\n"
+          "                        at 1 thread and all threads (--threads N above 1, else\n"
+          "                        the CPUs online); against a read-modify-write pass over\n"
+          "                        the same total bytes on the same threads, this run\n"
           "  --sweep FILE.csv      tokens/s against T = 256..65536 for dk = dv = 64 and\n"
           "                        128: chunked, recurrent and quadratic (T <= 8192) of\n"
           "                        every ISA unless --isa; B = H = 1 unless --shape;\n"
@@ -124,6 +130,7 @@ static void usage(void)
           "JSON only: family, phi, normalize, qk_l2norm, qk_heads, layout (forwards),\n"
           "chunk, seconds (per call; quadratic: per head), baseline,\n"
           "max_abs_diff_chunked, and for --decode mode, tokens, us_p50, us_p99, us_max;\n"
+          "--model mode: layers, us_per_layer (us_per_token: all layers);\n"
           "overhead rows: case, ns_per_call.\n"
           "\n"
           "Exit status: 0 ok, 1 a run-time failure, 2 a bad command line or an ISA that\n"
@@ -214,6 +221,7 @@ enum {
     OPT_LAYOUT,
     OPT_SWEEP,
     OPT_DECODE,
+    OPT_MODEL,
 };
 
 bench_options bench_parse_args(int argc, char **argv)
@@ -234,6 +242,7 @@ bench_options bench_parse_args(int argc, char **argv)
         {"layout", required_argument, NULL, OPT_LAYOUT},
         {"sweep", required_argument, NULL, OPT_SWEEP},
         {"decode", required_argument, NULL, OPT_DECODE},
+        {"model", required_argument, NULL, OPT_MODEL},
         {NULL, 0, NULL, 0},
     };
     bench_options op = {
@@ -275,6 +284,7 @@ bench_options bench_parse_args(int argc, char **argv)
             op.kernels = parse_kernel(val);
             break;
         case OPT_GATE:
+            op.gates_given = 1;
             op.gates = parse_name("--gate", val, bench_gate_names, G_COUNT, (1u << G_COUNT) - 1);
             break;
         case OPT_PHI:
@@ -291,19 +301,22 @@ bench_options bench_parse_args(int argc, char **argv)
         }
         case OPT_SWEEP: op.sweep = val; break;
         case OPT_DECODE: op.decode = parse_int("--decode", val, 1, 100000000); break;
+        case OPT_MODEL: op.model = parse_int("--model", val, 1, 4096); break;
         case ':': usage_error("%s needs a value", argv[optind - 1]);
         default: usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc)
         usage_error("unexpected argument '%s'", argv[optind]);
-    if (op.sweep && op.decode)
-        usage_error("--sweep and --decode are separate runs");
+    if ((op.sweep != NULL) + (op.decode != 0) + (op.model != 0) > 1)
+        usage_error("--sweep, --decode and --model are separate runs");
     if (op.quick)
         op.min_time = 0.01;
     bench_options run = op;
-    if (op.decode)
+    if (op.decode || op.model)
         run.kernels = 1u << K_STEP;
+    if (op.model)
+        run.families = 1u << FAM_DELTA;
     int cases = 0;
     for (int f = 0; f < FAM_COUNT; f++) {
         bench_case cs[G_COUNT * PHI_COUNT * 2];

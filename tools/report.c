@@ -50,6 +50,7 @@ void bench_json(const bench_result *r)
     json_int("threads", r->threads);
     json_int("chunk", r->chunk);
     json_int("tokens", r->tokens);
+    json_int("layers", r->layers);
     if (r->baseline)
         printf(",\"baseline\":true");
     json_num("seconds", r->sec);
@@ -63,6 +64,7 @@ void bench_json(const bench_result *r)
     json_num("frac_bound", r->frac_bound);
     json_num("pct_bound", 100 * r->frac_bound);
     json_num("us_per_token", r->us_per_token);
+    json_num("us_per_layer", r->us_per_layer);
     json_num("us_p50", r->us_p50);
     json_num("us_p99", r->us_p99);
     json_num("us_max", r->us_max);

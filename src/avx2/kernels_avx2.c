@@ -204,28 +204,21 @@ static size_t pack_bytes_avx2(int64_t chunk, int64_t dk, int64_t dv)
     return layout_of(chunk, dk).bytes;
 }
 
-static int64_t default_chunk_avx2(int64_t dk, int64_t dv, la_gate gate)
-{
-    (void)dk;
-    (void)dv;
-    /* Measured on Zen 4, B=1 H=8 T=4096, dk = dv = 64 and 128, chunks 18..48:
-     * multiples of the 6-row tile, flat within ~2% over 24..30; NONE is best
-     * at 30, TOKEN (decay exps per score tile) and CHANNEL (dot-chain scores
-     * growing with the chunk) at 24; 48 loses 3-10%. */
-    return gate == LA_GATE_NONE ? 30 : 24;
-}
-
-static int prefer_chunked_avx2(int64_t T, int64_t dk, int64_t dv, la_gate gate)
-{
-    (void)T;
-    (void)dv;
-    (void)gate;
-    /* Measured on Zen 4 (B=1, H=8, dk = dv, 1 thread, T = 2048..4096): the
-     * recurrent form is faster at dk = 64 with every gate (12-15%) and at
-     * 128 (7% without a gate, 2-3% with one); the chunked one at 256, by
-     * 4-10%. */
-    return dk > 128;
-}
+/* One entry so far (CPUs other than Zen 4 take it too). Measured on Zen 4
+ * (B=1, H=8, dk = dv, 1 thread, T = 2048..4096): the recurrent form is
+ * faster at dk = 64 with every gate (12-15%) and at 128 (7% without a gate,
+ * 2-3% with one); the chunked one at 256, by 4-10%. Chunks (dk = dv = 64
+ * and 128, 18..48): multiples of the 6-row tile, flat within ~2% over
+ * 24..30; NONE is best at 30, TOKEN (decay exps per score tile) and CHANNEL
+ * (dot-chain scores growing with the chunk) at 24; 48 loses 3-10%. */
+static const la_tuning tuning_avx2[] = {
+    {
+        .uarch = LA_UARCH_ZEN4,
+        .additive_chunked_above_dk = {128, 128, 128},
+        .additive_chunk = {{30, 24, 24}, {30, 24, 24}},
+        LA_DELTA_TUNING_ZEN4,
+    },
+};
 
 /* ---- chunk_pack --------------------------------------------------------- */
 
@@ -901,8 +894,6 @@ LA_FTZ_CHUNK_OPS(avx2)
 #include "../additive_kernels.h"
 
 static const la_additive_ops additive_avx2 = {
-    .default_chunk = default_chunk_avx2,
-    .prefer_chunked = prefer_chunked_avx2,
     .pack_bytes = pack_bytes_avx2,
     .chunk_pack = chunk_pack_avx2_ftz,
     .chunk_output = chunk_output_avx2_ftz,
@@ -924,4 +915,6 @@ const la_table la_table_avx2 = {
     .requires = LA_FEAT_AVX2 | LA_FEAT_FMA,
     .additive = &additive_avx2,
     .delta = &la_delta_avx2,
+    .tuning = tuning_avx2,
+    .ntuning = sizeof tuning_avx2 / sizeof tuning_avx2[0],
 };

@@ -161,28 +161,37 @@ static size_t pack_bytes_avx512(int64_t chunk, int64_t dk, int64_t dv)
     return la_size_add(64, la_size_mul(floats, sizeof(float)));
 }
 
-static int64_t default_chunk_avx512(int64_t dk, int64_t dv, la_gate gate)
-{
-    (void)gate;
-    /* Measured on Zen 4 (B=1, H=8, T=4096, every gate): per token the
-     * intra-chunk work grows with the chunk and the pack/state overhead
-     * shrinks; 16 is best for d <= 64 (by ~4%, CHANNEL too), 32 for d = 128
-     * (16 is ~2% slower there, 48 and 64 ~5-10%). */
-    return dk <= 64 && dv <= 64 ? 16 : 32;
-}
-
-static int prefer_chunked_avx512(int64_t T, int64_t dk, int64_t dv, la_gate gate)
-{
-    (void)T;
-    (void)dk;
-    (void)dv;
-    (void)gate;
-    /* Measured on Zen 4 (B=1, H=8, dk = dv, 1 thread, T = 2048..4096, and
-     * 64..256 at dk = 128): the recurrent form is faster at dk = 64, 128
-     * and 256 with every gate, by 3-30% (least with a token gate at 128,
-     * where the decay costs it one multiply per state element and token). */
-    return 0;
-}
+/* Zen 4 first: the default for CPUs without an entry of their own.
+ *
+ * Zen 4 (B=1, H=8, dk = dv, 1 thread, T = 2048..4096, and 64..256 at
+ * dk = 128): the recurrent form is faster at dk = 64, 128 and 256 with every
+ * gate, by 3-30% (least with a token gate at 128, where the decay costs it
+ * one multiply per state element and token). Chunks (T = 4096, every gate):
+ * per token the intra-chunk work grows with the chunk and the pack/state
+ * overhead shrinks; 16 is best for d <= 64 (by ~4%, CHANNEL too), 32 for
+ * d = 128 (16 is ~2% slower there, 48 and 64 ~5-10%).
+ *
+ * Sapphire/Emerald Rapids, from the figures of a borrowed Xeon (family 6
+ * model 207, one run each, not re-measured here): identity features
+ * without a normaliser at dk = 128 ran 1.7x faster chunked (0.55 of the
+ * zmm peak against 0.32 recurrent): with two 512-bit FMA pipes the
+ * recurrent sweep streams its 64 KiB tile from L2 (docs/kernels.md), so
+ * above dk = 64 the chunked form. dk = 64 and the chunk lengths: not
+ * measured there, Zen 4's. */
+static const la_tuning tuning_avx512[] = {
+    {
+        .uarch = LA_UARCH_ZEN4,
+        .additive_chunked_above_dk = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
+        .additive_chunk = {{16, 16, 16}, {32, 32, 32}},
+        LA_DELTA_TUNING_ZEN4,
+    },
+    {
+        .uarch = LA_UARCH_SAPPHIRE_RAPIDS,
+        .additive_chunked_above_dk = {64, 64, 64},
+        .additive_chunk = {{16, 16, 16}, {32, 32, 32}},
+        LA_DELTA_TUNING_ZEN4,
+    },
+};
 
 /* Lane indices of the butterfly stage exchanging blocks of s = 8, 4, 2, 1
  * lanes between rows i and i+s: [0] gives row i (its low block, then row
@@ -856,8 +865,6 @@ LA_FTZ_CHUNK_OPS(avx512)
 #include "../additive_kernels.h"
 
 static const la_additive_ops additive_avx512 = {
-    .default_chunk = default_chunk_avx512,
-    .prefer_chunked = prefer_chunked_avx512,
     .pack_bytes = pack_bytes_avx512,
     .chunk_pack = chunk_pack_avx512_ftz,
     .chunk_output = chunk_output_avx512_ftz,
@@ -880,4 +887,6 @@ const la_table LA_TABLE = {
     .test_only = LA_TABLE_TEST_ONLY,
     .additive = &additive_avx512,
     .delta = &LA_DELTA_OPS,
+    .tuning = tuning_avx512,
+    .ntuning = sizeof tuning_avx512 / sizeof tuning_avx512[0],
 };

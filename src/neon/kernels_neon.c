@@ -144,23 +144,18 @@ static size_t pack_bytes_neon(int64_t chunk, int64_t dk, int64_t dv)
     return (size_t)(8 * dkp * cp + 4 * floats);
 }
 
-static int64_t default_chunk_neon(int64_t dk, int64_t dv, la_gate gate)
-{
-    (void)dk;
-    (void)dv;
-    /* The scores cost C/2 per token against dk*dv for the state terms; for
-     * CHANNEL they also cost exps that grow with C. */
-    return gate == LA_GATE_CHANNEL ? 32 : 64;
-}
-
-static int prefer_chunked_neon(int64_t T, int64_t dk, int64_t dv, la_gate gate)
-{
-    (void)T;
-    (void)dk;
-    (void)dv;
-    (void)gate;
-    return 1; /* not yet measured on hardware: the chunked form */
-}
+/* Not yet measured on hardware: the chunked form, chunks by the cost model
+ * (the scores cost C/2 per token against dk*dv for the state terms; for
+ * CHANNEL they also cost exps that grow with C). The delta family as on the
+ * x86 tables. */
+static const la_tuning tuning_neon[] = {
+    {
+        .uarch = LA_UARCH_OTHER,
+        .additive_chunked_above_dk = {0, 0, 0},
+        .additive_chunk = {{64, 64, 32}, {64, 64, 32}},
+        LA_DELTA_TUNING_ZEN4,
+    },
+};
 
 /* A^T into p->at: at[j][i] = sum_c qh_ic kh_jc e^(b_ic - b_jc) for j <= i,
  * 0 otherwise, in tiles of 4 keys x 8 queries. NONE/TOKEN: one product, then
@@ -573,8 +568,6 @@ static void forward_noncausal_neon(const la_head *h)
 #include "../additive_kernels.h"
 
 static const la_additive_ops additive_neon = {
-    .default_chunk = default_chunk_neon,
-    .prefer_chunked = prefer_chunked_neon,
     .pack_bytes = pack_bytes_neon,
     .chunk_pack = chunk_pack_neon,
     .chunk_output = chunk_output_neon,
@@ -596,4 +589,6 @@ const la_table la_table_neon = {
     .requires = LA_FEAT_ASIMD,
     .additive = &additive_neon,
     .delta = &la_delta_neon,
+    .tuning = tuning_neon,
+    .ntuning = 1,
 };

@@ -48,27 +48,6 @@ static float decay_of(double x) { return x < LA_EXP_ZERO_BELOW ? 0.0f : expf((fl
 /* A gate below LA_G_RESET is a reset: clamped before any prefix sum. */
 static float clamp_gate(float g) { return g < LA_G_RESET ? LA_G_RESET : g; }
 
-static int64_t default_chunk_scalar(int64_t dk, int64_t dv, la_gate gate)
-{
-    (void)dk;
-    (void)dv;
-    /* The intra-chunk part costs C*(dk+dv) per token and pairwise exps for
-     * CHANNEL, so short chunks are cheapest for plain C. */
-    return gate == LA_GATE_CHANNEL ? 16 : 32;
-}
-
-static int prefer_chunked_scalar(int64_t T, int64_t dk, int64_t dv, la_gate gate)
-{
-    (void)T;
-    (void)dv;
-    /* Measured on Zen 4 (x86-64 baseline build, B=1, H=8, dk = dv, T = 4096;
-     * 2048 at 256; two days' runs): the recurrent form is faster at
-     * dk = 64 (1.02-1.15x none, 1.16-1.3x token, 1.5-1.6x channel) and with
-     * a channel gate at 128 (1.2-1.3x); without one at 128 the two are
-     * within the runs' spread (0.83-1.04x), and at 256 the chunked form is
-     * 1.1-1.5x faster. */
-    return dk > 128 || (dk > 64 && gate != LA_GATE_CHANNEL);
-}
 
 static void chunk_pack_scalar(const la_head *h, int64_t t0, int64_t n, void *pack)
 {
@@ -270,8 +249,6 @@ static void forward_noncausal_scalar(const la_head *h)
 #include "../additive_kernels.h"
 
 const la_additive_ops la_additive_scalar = {
-    .default_chunk = default_chunk_scalar,
-    .prefer_chunked = prefer_chunked_scalar,
     .pack_bytes = pack_bytes_scalar,
     .chunk_pack = chunk_pack_scalar,
     .chunk_output = chunk_output_scalar,

@@ -121,27 +121,6 @@ static void recurrent_vfirst_scalar(const la_delta_head *h, int64_t j0, int64_t 
 
 /* ---- chunked ----------------------------------------------------------- */
 
-/* Every table's chunk and algorithm choice (the SIMD tables' ops point
- * here too): measured on the machine named in docs/kernels.md (see there).
- * The recurrent form keeps its tile of the state in L1 and needs a third of
- * the chunked form's flops; plain C gains nothing from the extra flops. */
-int64_t la_delta_default_chunk(int64_t dk, int64_t dv, la_gate gate)
-{
-    (void)dk;
-    (void)dv;
-    (void)gate;
-    return 32;
-}
-
-int la_delta_prefer_chunked(int64_t T, int64_t dk, int64_t dv, la_gate gate)
-{
-    (void)T;
-    (void)dk;
-    (void)dv;
-    (void)gate;
-    return 0;
-}
-
 /* Workspace of one chunk on a tile: qh, kh, W [C][dk]; G [C][dk] doubles
  * (prefix sums of g, column 0 only for TOKEN); beta [C]; A, P [C][C];
  * U [C][nj]. */
@@ -291,6 +270,4 @@ const la_delta_ops la_delta_scalar = {
     .recurrent = recurrent_scalar,
     .recurrent_vfirst = recurrent_vfirst_scalar,
     .chunked = chunked_scalar,
-    .default_chunk = la_delta_default_chunk,
-    .prefer_chunked = la_delta_prefer_chunked,
 };

@@ -1,0 +1,41 @@
+#!/bin/sh
+# Every figure of issue 26 in one run (a few minutes on an idle machine), as
+# JSON lines of linattn-bench plus scripts/tune.py's tables and tuning
+# entries: for a machine borrowed briefly (a many-core Xeon), so that its
+# figures can be set beside this project's in docs/kernels.md.
+#   sh scripts/server-figures.sh [BENCH] [OUT_DIR]
+# BENCH defaults to build/tools/linattn-bench; OUT_DIR to figures-<host>.
+# QUICK=1: tiny shapes and short timings, to check the script (the figures
+# mean nothing then).
+set -eu
+cd "$(dirname "$0")/.."
+bench=${1:-build/tools/linattn-bench}
+out=${2:-figures-$(hostname)}
+mkdir -p "$out"
+ncpu=$(getconf _NPROCESSORS_ONLN)
+quick=
+[ "${QUICK:-0}" = 1 ] && quick=--quick
+run() { # run NAME ARGS...: one JSON file per figure
+    name=$1
+    shift
+    echo "== $name: $*" >&2
+    "$bench" --json $quick "$@" >"$out/$name.json"
+}
+grep -m1 "model name" /proc/cpuinfo >"$out/cpu.txt" || true
+grep -m1 -E "^(cpu family|model)\s" /proc/cpuinfo >>"$out/cpu.txt" || true
+# one thread: the recurrent forms against the in-run FMA peak, every table
+run delta-recurrent --isa all --family delta --kernel recurrent --gate all
+run additive-default --isa all --kernel all
+run additive-identity --isa all --kernel all --phi identity --normalize 0 \
+    --shape 1,8,4096,128,128
+run additive-identity64 --isa all --kernel all --phi identity --normalize 0
+# threads: Gated DeltaNet prefill and decode step, 1, 8 and all threads
+for t in 1 8 "$ncpu"; do
+    run "delta-prefill-t$t" --family delta --kernel recurrent --gate token --threads "$t"
+    run "delta-step-t$t" --family delta --decode 2000 --gate token --threads "$t"
+done
+# whole-model decode: 36 layers, B = 1 and 8, one thread and all
+run model --model 36 --threads "$ncpu"
+# AUTO's crossover and chunk lengths, and the la_tuning entries they give
+python3 scripts/tune.py --chunks --bench "$bench" $quick >"$out/tune.md"
+echo "figures in $out" >&2

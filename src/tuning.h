@@ -1,0 +1,58 @@
+/* Private: the choices a kernel table makes from measurements (AUTO's
+ * algorithm, the default chunk), as data per microarchitecture. Each table
+ * lists entries measured on named machines (docs/kernels.md has the figures,
+ * scripts/tune.py prints an entry); the registry picks the entry for the
+ * microarchitecture cpu.c reports once at load time, else the table's first
+ * entry. Nothing here depends on timing at load time or on the thread count,
+ * so a result never depends on either. */
+#ifndef LINATTN_TUNING_H
+#define LINATTN_TUNING_H
+
+#include <stdint.h>
+
+#include "gate.h"
+
+/* Machines entries were measured on; cpu.c maps a CPU to the nearest one. */
+typedef enum {
+    LA_UARCH_OTHER,            /* none of these: each table's first entry */
+    LA_UARCH_ZEN4,             /* AMD family 0x19 and later (measured: Zen 4) */
+    LA_UARCH_SAPPHIRE_RAPIDS,  /* Intel family 6 with AVX-512 (measured: model 207) */
+} la_uarch;
+
+enum { LA_GATES = 3 };                   /* la_gate values */
+#define LA_TUNE_NEVER INT64_MAX          /* a dk threshold no call exceeds */
+
+typedef struct la_tuning {
+    la_uarch uarch;
+    /* AUTO runs the chunked form when dk > chunked_above_dk[gate] (the
+     * additive family only above its few-token limit); LA_TUNE_NEVER: the
+     * recurrent form at every dk. */
+    int64_t additive_chunked_above_dk[LA_GATES];
+    int64_t delta_chunked_above_dk[LA_GATES];
+    /* chunk = 0: chunk[max(dk, dv) > 64][gate]. */
+    int64_t additive_chunk[2][LA_GATES];
+    int64_t delta_chunk[2][LA_GATES];
+} la_tuning;
+
+/* The delta family's choice on every table so far, measured on Zen 4: the
+ * recurrent form keeps its tile of the state in L1/L2 and needs a third of
+ * the chunked form's flops; chunks of 32. */
+#define LA_DELTA_TUNING_ZEN4                                                                     \
+    .delta_chunked_above_dk = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},                     \
+    .delta_chunk = {{32, 32, 32}, {32, 32, 32}}
+
+static inline int la_tuned_chunked(const int64_t above[LA_GATES], int64_t dk, la_gate gate)
+{
+    return dk > above[gate];
+}
+
+static inline int64_t la_tuned_chunk(const int64_t chunk[2][LA_GATES], int64_t dk, int64_t dv,
+                                     la_gate gate)
+{
+    return chunk[dk > 64 || dv > 64][gate];
+}
+
+/* cpu.c: the entry key of this CPU (vendor, family, model). */
+la_uarch la_cpu_uarch(void);
+
+#endif

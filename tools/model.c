@@ -1,0 +1,161 @@
+/* --model L: decode of a whole model. One token steps L layers' delta-rule
+ * states in turn (linattn_delta_step per layer, each on its own state), so
+ * a layer's state has left the caches by the time it is stepped again and
+ * comes from memory, as in a model (Qwen3-Next: 36 layers, 2 MiB of state
+ * per layer and sequence). Each row is compared with a read-modify-write
+ * pass over a buffer of the same total size (L states) on the same number
+ * of threads, measured just before it: the bound a step that reads and
+ * writes its state once could reach. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "bench.h"
+
+#define BIT(x) (1u << (x))
+
+/* ---- the bound: RMW over n floats on nt threads -------------------------- */
+
+typedef struct {
+    linattn_isa isa;
+    float *buf;
+    int64_t n;
+    int nt;
+} rmw_ctx;
+
+/* Thread i of nt owns the i-th contiguous slice (whole cache lines), as a
+ * static split of the heads gives each thread its own rows of every layer. */
+static void rmw_slice(const rmw_ctx *c, int i)
+{
+    const int64_t lines = (c->n + 15) / 16;
+    const int64_t l0 = lines * i / c->nt, l1 = lines * (i + 1) / c->nt;
+    const int64_t a = l0 * 16, b = l1 * 16 < c->n ? l1 * 16 : c->n;
+    if (b > a)
+        bench_rmw_pass(c->isa, c->buf + a, (size_t)(b - a));
+}
+
+static void run_rmw(void *p)
+{
+    const rmw_ctx *c = p;
+#ifdef _OPENMP
+    if (c->nt > 1) {
+#pragma omp parallel num_threads(c->nt)
+        rmw_slice(c, omp_get_thread_num());
+        return;
+    }
+#endif
+    rmw_slice(c, 0);
+}
+
+static double model_bound(const bench_options *op, linattn_isa isa, int64_t n, int nt)
+{
+    rmw_ctx c = {isa, bench_alloc(n), n, nt};
+    bench_fill(c.buf, n, 0.0f, 1.0f, 7); /* first touch here: pages spread as the run goes */
+    const double sec = bench_time_call(run_rmw, &c, op->min_time);
+    free(c.buf);
+    return 2.0 * sizeof(float) * (double)n / sec * 1e-9;
+}
+
+/* ---- one token through L layers ---------------------------------------- */
+
+typedef struct {
+    const bench_case *c;
+    linattn_config cfg;
+    bench_data d; /* inputs shared by the layers (one token: they stay cached) */
+    float *states;
+    int64_t layers, state_floats;
+} model_ctx;
+
+static void run_token(void *p)
+{
+    model_ctx *x = p;
+    for (int64_t l = 0; l < x->layers; l++) {
+        bench_data d = x->d;
+        d.s = x->states + l * x->state_floats;
+        bench_call(x->c, K_STEP, &x->cfg, &d, d.o[0]);
+    }
+}
+
+/* Threads of "all threads": --threads when above 1, else the CPUs online. */
+static int all_threads(const bench_options *op)
+{
+    if (op->threads > 1)
+        return op->threads;
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef _OPENMP
+    return n > 1 ? (int)n : 1;
+#else
+    (void)n;
+    return 1;
+#endif
+}
+
+void bench_run_model(const bench_options *op, linattn_isa isa)
+{
+    static const int64_t default_b[] = {1, 8};
+    const int64_t *bs = op->shape_given ? &op->shape.B : default_b;
+    const int nb = op->shape_given ? 1 : 2;
+    const int threads[2] = {1, all_threads(op)};
+    const int nth = threads[1] > 1 ? 2 : 1;
+    bench_options mop = *op;
+    mop.families = BIT(FAM_DELTA);
+    mop.kernels = BIT(K_STEP);
+    if (!op->gates_given)
+        mop.gates = BIT(G_TOKEN);
+    bench_case cs[8];
+    const int nc = bench_cases(&mop, FAM_DELTA, 0, cs, 8);
+    bench_use_isa(isa);
+    if (!op->json) {
+        const bench_shape s = bench_step_shape(&mop, FAM_DELTA);
+        printf("linattn %s whole-model decode (%s): %lld layers of linattn_delta_step, "
+               "H=%lld (%lld q/k heads) dk=%lld dv=%lld, one token per layer per pass\n"
+               "bound: RMW s = s*a + b over all layers' states on the same threads, "
+               "measured before each row\n",
+               linattn_version(), linattn_isa_name(isa), (long long)op->model,
+               (long long)s.H, (long long)(s.qk_heads ? s.qk_heads : s.H), (long long)s.dk,
+               (long long)s.dv);
+        printf("%-6s %-14s %3s %3s %9s %12s %10s %8s %10s %10s\n", "isa", "gate", "B", "thr",
+               "state MiB", "us/layer", "us/token", "GB/s", "bound GB/s", "frac bound");
+    }
+    for (int bi = 0; bi < nb; bi++)
+        for (int ci = 0; ci < nc; ci++)
+            for (int ti = 0; ti < nth; ti++) {
+                bench_options top = mop;
+                top.threads = threads[ti];
+                bench_shape s = bench_step_shape(&mop, FAM_DELTA);
+                s.B = bs[bi];
+                const int64_t per = bench_state_floats(FAM_DELTA, s, 0);
+                const int64_t n = per * op->model;
+                const double bound = model_bound(op, isa, n, threads[ti]);
+                model_ctx x = {&cs[ci], bench_config(&top, &cs[ci], K_STEP, s),
+                               bench_data_alloc(&top, s, 1), bench_alloc(n), op->model, per};
+                memset(x.states, 0, (size_t)n * sizeof(float));
+                const double sec = bench_time_call(run_token, &x, op->min_time);
+                bench_data_free(&x.d);
+                free(x.states);
+
+                bench_result r = bench_new_result(&top, &cs[ci], K_STEP, isa, s);
+                bench_set_rates(&top, &r, isa, (double)(s.B * s.H * op->model), sec);
+                r.mode = "model";
+                r.layers = op->model;
+                r.sec = sec;
+                r.us_per_token = sec * 1e6;
+                r.us_per_layer = sec * 1e6 / (double)op->model;
+                r.gbps = 2.0 * sizeof(float) * (double)n / sec * 1e-9;
+                r.bound = bound;
+                r.frac_bound = r.gbps / bound;
+                if (op->json)
+                    bench_json(&r);
+                else
+                    printf("%-6s %-14s %3lld %3d %9.1f %12.2f %10.1f %8.1f %10.1f %10.2f\n",
+                           r.isa, bench_gate_names[r.gate], (long long)s.B, r.threads,
+                           (double)n * sizeof(float) / (1 << 20), r.us_per_layer,
+                           r.us_per_token, r.gbps, r.bound, r.frac_bound);
+                fflush(stdout);
+            }
+}

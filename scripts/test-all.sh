@@ -21,9 +21,13 @@ setup() { # setup DIR [meson options...]
     dir=$1
     shift
     if [ -f "$dir/build.ninja" ]; then
-        meson setup --reconfigure "$dir" "$@" >/dev/null
+        # meson caches failed header and dependency checks (SIMDe, Check):
+        # clear them so that packages installed since the last setup (the
+        # README's first command, then --test) are found.
+        meson configure --clearcache "$dir"
+        meson setup --reconfigure "$dir" "$@"
     else
-        meson setup "$dir" "$@" >/dev/null
+        meson setup "$dir" "$@"
     fi
 }
 

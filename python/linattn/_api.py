@@ -37,6 +37,12 @@ def as_numpy(x, name):
             raise ValueError(f'{name}: tensor on {x.device}; linattn computes on CPU tensors')
         if x.dtype != torch.float32:
             raise TypeError(f'{name}: dtype {x.dtype}; linattn takes float32')
+        if x.requires_grad and torch.is_grad_enabled():
+            # Detaching would return an output without a gradient, silently.
+            raise RuntimeError(
+                f'{name}: requires_grad=True, but linattn has no backward pass (forward '
+                f'only); call it under torch.no_grad() or torch.inference_mode(), or pass '
+                f'{name}.detach()')
         return x.detach().numpy(), True
     raise TypeError(f'{name}: expected a float32 numpy array or CPU torch tensor, '
                     f'got {type(x).__name__}')

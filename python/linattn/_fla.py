@@ -121,8 +121,7 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
 # function and name: transformers passes its attention keyword arguments
 # through to the kernel, so an error would break a drop-in, and silence would
 # hide a misspelt argument (output_final_sate=True returning no state).
-_IGNORED = frozenset({'chunk_size', 'cu_seqlens_cpu', 'chunk_indices', 'disable_recompute',
-                      'safe_gate', 'lower_bound'})
+_IGNORED = frozenset({'chunk_size', 'cu_seqlens_cpu', 'chunk_indices', 'disable_recompute'})
 _warned = set()
 
 

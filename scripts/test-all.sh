@@ -20,10 +20,14 @@ cd "$(dirname "$0")/.."
 setup() { # setup DIR [meson options...]
     dir=$1
     shift
-    if [ -f "$dir/build.ninja" ]; then
-        # meson caches failed header and dependency checks (SIMDe, Check):
-        # clear them so that packages installed since the last setup (the
-        # README's first command, then --test) are found.
+    if [ -f "$dir/build.ninja" ] && [ /var/lib/dpkg/status -nt "$dir/meson-private/coredata.dat" ]; then
+        # Packages changed since this directory was configured (the
+        # README's first command, then --test): meson 1.0 keeps failed
+        # header checks (SIMDe's) even through --clearcache, so configure
+        # afresh, keeping the options.
+        echo "test-all.sh: packages changed since $dir was configured: meson setup --wipe"
+        meson setup --wipe "$dir" "$@"
+    elif [ -f "$dir/build.ninja" ]; then
         meson configure --clearcache "$dir"
         meson setup --reconfigure "$dir" "$@"
     else

@@ -715,10 +715,15 @@ def test_step_arguments():
 
 
 def test_torch_requires_grad_input_is_used_without_copy():
+    # With autograd on it is an error (no backward pass; see
+    # test_fla_requires_grad_is_an_error); under no_grad it runs, uncopied.
     torch = _torch()
     q = torch.randn(B, H, 4, K, requires_grad=True)
     k, v = torch.randn(B, H, 4, K), torch.randn(B, H, 4, V)
-    o = linattn.forward(q, k, v)
+    with pytest.raises(RuntimeError, match='q: requires_grad=True'):
+        linattn.forward(q, k, v)
+    with torch.no_grad():
+        o = linattn.forward(q, k, v)
     close(o, additive_ref(q.detach().numpy(), k.numpy(), v.numpy())[0])
 
 

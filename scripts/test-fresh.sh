@@ -41,17 +41,18 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 t0=$(date +%s)
-cache_opt=()
-if [ -d /var/cache/apt/archives ]; then
+seed_cache() { # the host's .debs into the fresh root's apt cache (hard links)
+    [ -d /var/cache/apt/archives ] || return 0
     mkdir -p "$root/var/cache/apt/archives"
-    # Seed the cache: debootstrap and apt take matching .debs from here.
     find /var/cache/apt/archives -maxdepth 1 -name '*.deb' \
-        -exec cp -l {} "$root/var/cache/apt/archives/" \; 2>/dev/null ||
+        -exec cp -nl {} "$root/var/cache/apt/archives/" \; 2>/dev/null ||
         find /var/cache/apt/archives -maxdepth 1 -name '*.deb' \
-            -exec cp {} "$root/var/cache/apt/archives/" \;
-fi
+            -exec cp -n {} "$root/var/cache/apt/archives/" \;
+}
 echo "== debootstrap bookworm (minbase) into $root =="
+seed_cache  # debootstrap takes matching .debs from here...
 debootstrap --variant=minbase bookworm "$root" "$mirror"
+seed_cache  # ...and empties it at the end: again, for apt-get install
 t_boot=$(date +%s)
 
 for fs in proc sys dev; do

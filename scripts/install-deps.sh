@@ -9,6 +9,13 @@
 #                                       toolchain and arm64 libraries, clang
 #                                       and libomp (fuzzing, ThreadSanitizer),
 #                                       the Python packages of the Python tests
+#                                       (with python3-venv and python3-dev).
+#                                       On amd64 it adds arm64 as a dpkg
+#                                       architecture for good (dpkg
+#                                       --print-foreign-architectures shows
+#                                       it; dpkg --remove-architecture arm64
+#                                       after removing the :arm64 packages
+#                                       undoes it): about 670 MB in all.
 #   sh scripts/install-deps.sh --plot   also matplotlib for scripts/plot_sweep.py
 # Options combine. PYTHON_TORCH=1 adds python3-torch to --test (large; only
 # the Python tests that compare against PyTorch need it).
@@ -35,7 +42,7 @@ packages="$packages cmake"
 
 if [ $test_deps -eq 1 ]; then
     packages="$packages libsimde-dev qemu-user clang libclang-rt-dev libomp-dev
-              python3-mesonpy python3-numpy python3-pytest"
+              python3-mesonpy python3-numpy python3-pytest python3-venv python3-dev"
     if [ "${PYTHON_TORCH:-0}" = 1 ]; then
         packages="$packages python3-torch"
     fi
@@ -49,7 +56,9 @@ if [ $plot -eq 1 ]; then
     packages="$packages python3-matplotlib"
 fi
 
-apt-get update -qq
+# apt's own output stays visible: with --test it downloads about 670 MB.
+echo "install-deps.sh: apt-get install $(echo $packages)"
+apt-get update
 # shellcheck disable=SC2086
-apt-get install -y -qq --no-install-recommends $packages >/dev/null
+apt-get install -y --no-install-recommends $packages
 echo "install-deps.sh: installed$( [ $test_deps -eq 1 ] && echo ' (with test tools)')"

@@ -1,13 +1,43 @@
 /* The only file that asks the CPU what it can do: a mask of LA_FEAT_* bits,
  * and which machine's tuning entries fit it best, read once by the
- * registry. */
+ * registry. LINATTN_TEST_CPU_OFF (tests only) removes features from the
+ * mask, so one machine exercises every fallback (libdeflate's way): a
+ * comma-separated list of avx2, fma, avx512, asimd; a name it does not know
+ * removes every feature, so a typo cannot pass for a full CPU. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "table.h"
+
+static uint32_t detect(void);
+
+uint32_t la_cpu_features(void)
+{
+    static const struct {
+        const char *name;
+        uint32_t bit;
+    } names[] = {{"avx2", LA_FEAT_AVX2},
+                 {"fma", LA_FEAT_FMA},
+                 {"avx512", LA_FEAT_AVX512},
+                 {"asimd", LA_FEAT_ASIMD}};
+    uint32_t m = detect();
+    const char *off = getenv("LINATTN_TEST_CPU_OFF");
+    while (off != NULL && *off != '\0') {
+        size_t len = strcspn(off, ",");
+        uint32_t bit = ~0u;
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (strlen(names[i].name) == len && strncmp(off, names[i].name, len) == 0)
+                bit = names[i].bit;
+        m &= ~bit;
+        off += len + (off[len] == ',');
+    }
+    return m;
+}
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpu_features/cpuinfo_x86.h>
-#include <string.h>
 
-uint32_t la_cpu_features(void)
+static uint32_t detect(void)
 {
     /* cpu_features clears the AVX/AVX-512 bits when the OS does not save
      * those registers, so these bits mean "usable". They are 1-bit signed
@@ -44,7 +74,7 @@ la_uarch la_cpu_uarch(void)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
 
-uint32_t la_cpu_features(void)
+static uint32_t detect(void)
 {
     /* getauxval, not cpu_features 0.7: when AT_HWCAP2 is 0 (QEMU cortex-a72)
      * GetAarch64Info prints to stdout, and a library's stdout must stay clean. */
@@ -54,6 +84,6 @@ uint32_t la_cpu_features(void)
 la_uarch la_cpu_uarch(void) { return LA_UARCH_OTHER; }
 
 #else
-uint32_t la_cpu_features(void) { return 0; }
+static uint32_t detect(void) { return 0; }
 la_uarch la_cpu_uarch(void) { return LA_UARCH_OTHER; }
 #endif

@@ -61,11 +61,13 @@ static const la_tuning *tuning_of(const la_table *t)
 }
 
 /* Family F of table i: its own, else that of the nearest runnable table
- * before it (tables[0] is scalar, which has every family). */
+ * before it that is not test-only (an emulation build such as avx512-simde
+ * must never serve a real table); tables[0] is scalar, with every family. */
 #define RESOLVE(i, F)                                                                             \
     do {                                                                                          \
         for (int j = (i); j >= 0; j--)                                                            \
-            if (tables[j]->F && la_table_runnable(tables[j])) {                                   \
+            if (tables[j]->F && la_table_runnable(tables[j]) &&                                   \
+                (j == (i) || !tables[j]->test_only)) {                                            \
                 resolved[i].F = tables[j]->F;                                                     \
                 resolved[i].F##_tuning = tuning_of(tables[j]);                                    \
                 break;                                                                            \

@@ -6,7 +6,11 @@
  *                        ("best" = the best available, checked against
  *                        linattn_isa_available); "forced": the ISA named
  *                        by LINATTN_ISA if linattn_isa_available says this
- *                        CPU and build have it, else "isa-error". */
+ *                        CPU and build have it, else "isa-error".
+ *   LINATTN_TEST_CPU_OFF CPU features the library must treat as absent
+ *                        (read by src/cpu.c): the tables needing them must
+ *                        be unavailable, and auto falls back to the best
+ *                        of the rest. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +101,25 @@ START_TEST(set_isa_rules)
 }
 END_TEST
 
+/* The tables a masked feature rules out are unavailable; the rest still
+ * run (set_isa_rules and env_choice check what auto chooses among them). */
+START_TEST(masked_features)
+{
+    const char *off = getenv("LINATTN_TEST_CPU_OFF");
+    if (off == NULL)
+        return;
+    printf("LINATTN_TEST_CPU_OFF=%s: active %s\n", off, linattn_isa_name(linattn_get_isa()));
+    if (strstr(off, "avx512"))
+        ck_assert_int_eq(linattn_isa_available(LINATTN_ISA_AVX512), 0);
+    if (strstr(off, "avx2") || strstr(off, "fma"))
+        ck_assert_int_eq(linattn_isa_available(LINATTN_ISA_AVX2), 0);
+    if (strstr(off, "asimd"))
+        ck_assert_int_eq(linattn_isa_available(LINATTN_ISA_NEON), 0);
+    ck_assert_int_eq(linattn_isa_available(LINATTN_ISA_SCALAR), 1);
+    ck_assert_int_eq(tiny_forward(), LINATTN_OK);
+}
+END_TEST
+
 START_TEST(names_and_strings)
 {
     ck_assert_str_eq(linattn_isa_name(LINATTN_ISA_AUTO), "auto");
@@ -116,6 +139,7 @@ int main(void)
     /* the rest changes the active table: after env_choice, in their own processes */
     tcase_add_test(tc, set_isa_rules);
     tcase_add_test(tc, names_and_strings);
+    tcase_add_test(tc, masked_features);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

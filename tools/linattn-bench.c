@@ -251,7 +251,7 @@ static void run_family(const bench_options *op, const isa_list *l, bench_family 
     if (any_kernel(cs, n, forward))
         d = bench_data_alloc(op, s, 0);
     const int64_t nout = s.B * s.H * s.T * s.dv;
-    double chunked_tps[MAX_CASES]; /* the reference ISA's, for the speedups */
+    double chunked_tps[MAX_CASES]; /* the reference ISA's, for "x faster" */
     for (int i = 0; i < n; i++)
         chunked_tps[i] = NAN;
     bench_result *diffs = malloc((size_t)(l->n * n + n) * sizeof *diffs);
@@ -267,12 +267,12 @@ static void run_family(const bench_options *op, const isa_list *l, bench_family 
                 bench_result r = bench_forward(op, isa, c, K_CHUNKED, s, &d, d.o[0]);
                 if (isa == ref)
                     chunked_tps[j] = r.tokens_per_s;
-                r.speedup = chunked_tps[j] / r.tokens_per_s;
+                r.speedup = r.tokens_per_s / chunked_tps[j];
                 bench_print(op, &r);
             }
             if (c->kernels & BIT(K_RECURRENT)) {
                 bench_result r = bench_forward(op, isa, c, K_RECURRENT, s, &d, d.o[1]);
-                r.speedup = chunked_tps[j] / r.tokens_per_s;
+                r.speedup = r.tokens_per_s / chunked_tps[j];
                 if (c->kernels & BIT(K_CHUNKED)) {
                     r.maxdiff = max_abs(d.o[0], d.o[1], nout);
                     r.maxref = max_abs(d.o[0], NULL, nout);
@@ -295,7 +295,7 @@ static void run_family(const bench_options *op, const isa_list *l, bench_family 
             continue;
         bench_result r = bench_forward(op, LINATTN_ISA_SCALAR, &cs[j], K_CHUNKED, s, &d, d.o[1]);
         r.baseline = 1;
-        r.speedup = chunked_tps[j] / r.tokens_per_s;
+        r.speedup = r.tokens_per_s / chunked_tps[j];
         bench_print(op, &r);
     }
     bench_result quad[MAX_CASES];
@@ -304,7 +304,7 @@ static void run_family(const bench_options *op, const isa_list *l, bench_family 
         if (!(cs[j].kernels & BIT(K_QUADRATIC)))
             continue;
         bench_result r = bench_quadratic(op, &cs[j], s, &d, d.o[1]);
-        r.speedup = chunked_tps[j] / r.tokens_per_s;
+        r.speedup = r.tokens_per_s / chunked_tps[j];
         check_quadratic(op, ref, &cs[j], s, &d, &r);
         bench_print(op, &r);
         quad[nquad++] = r;
@@ -342,7 +342,7 @@ static void run_main(const bench_options *op, const isa_list *l)
         steps |= any_kernel(cs, n, BIT(K_STEP));
     }
     if (!op->json)
-        printf("linattn %s benchmark: active ISA %s (reference for speedups), %d thread%s%s\n",
+        printf("linattn %s benchmark: active ISA %s (reference for \"x faster\"), %d thread%s%s\n",
                linattn_version(), linattn_isa_name(ref), op->threads, op->threads > 1 ? "s" : "",
                op->quick ? ", --quick shapes" : "");
     print_references(op, l, baselines, steps);

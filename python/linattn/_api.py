@@ -27,6 +27,11 @@ def _lookup(table, value, name):
         raise ValueError(f'{name}={value!r}: expected one of {keys}') from None
 
 
+def _no_backward(name):
+    return (f'{name}: requires_grad=True, but linattn has no backward pass (forward only); '
+            f'call it under torch.no_grad() or torch.inference_mode(), or pass {name}.detach()')
+
+
 def as_numpy(x, name):
     """(numpy view of x, True when x is a torch tensor); never copies."""
     if isinstance(x, _ndarray):
@@ -37,6 +42,9 @@ def as_numpy(x, name):
             raise ValueError(f'{name}: tensor on {x.device}; linattn computes on CPU tensors')
         if x.dtype != torch.float32:
             raise TypeError(f'{name}: dtype {x.dtype}; linattn takes float32')
+        if x.requires_grad and torch.is_grad_enabled():
+            # Detaching would return an output without a gradient, silently.
+            raise RuntimeError(_no_backward(name))
         return x.detach().numpy(), True
     raise TypeError(f'{name}: expected a float32 numpy array or CPU torch tensor, '
                     f'got {type(x).__name__}')
@@ -65,6 +73,11 @@ def _call(kind, layout, q, k, v, g, beta, o, s, z, gate, phi, algo, causal, norm
     # through the buffer protocol and tensors through their pointer and
     # strides, and names ('elu1', 'bthd') and flags itself. Only o, when
     # not given, is made here, of q's kind.
+    torch = sys.modules.get('torch')
+    if torch is not None and torch.is_grad_enabled():
+        for name, x in (('q', q), ('k', k), ('v', v), ('g', g), ('beta', beta)):
+            if isinstance(x, torch.Tensor) and x.requires_grad:
+                raise RuntimeError(_no_backward(name))
     if o is None:
         o = _out(q, v)
     _ext.run(kind, layout, q, k, v, g, beta, o, s, z, gate, phi, algo, causal, normalize, eps,

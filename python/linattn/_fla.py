@@ -20,6 +20,8 @@ goes to indices[n][j], the read slot is indices[n][num_accepted_tokens[n]
 it. cu_seqlens and the pool form are one linattn_run call.
 """
 
+import warnings
+
 import numpy as np
 
 from . import _ext
@@ -247,10 +249,27 @@ def _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state):
                 inplace_final_state=inplace_final_state)
 
 
-def _no_head_first(kwargs):
+# fla keyword arguments that are accepted and do not change the result on the
+# CPU (GPU tuning and bookkeeping); any other unknown keyword warns, once per
+# function and name: transformers passes its attention keyword arguments
+# through to the kernel, so an error would break a drop-in, and silence would
+# hide a misspelt argument (output_final_sate=True returning no state).
+_IGNORED = frozenset({'chunk_size', 'cu_seqlens_cpu', 'chunk_indices', 'disable_recompute'})
+_warned = set()
+
+
+def _kwargs(fn, kwargs, used=()):
+    """Checks fn's **kwargs: head_first is an error, as in fla; names in
+    used are read by fn; the rest warn unless fla accepts and ignores them."""
     if 'head_first' in kwargs:
         raise DeprecationWarning(
             'head_first has been removed. Inputs must be in `[B, T, H, ...]` format.')
+    for name in kwargs:
+        if name in used or name in _IGNORED or (fn, name) in _warned:
+            continue
+        _warned.add((fn, name))
+        warnings.warn(f'linattn.{fn}: unknown keyword argument {name!r} ignored',
+                      stacklevel=3)
 
 
 def _add(a, b):
@@ -301,10 +320,11 @@ def _gate_in_kernel(g, A_log, dt_bias, channel):
 
 def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False,
                       normalize=True, cu_seqlens=None,
-                      ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False):
+                      ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
     """fla.ops.linear_attn.chunk_linear_attn. With normalize, o is divided by
     q . (sum of k) + 1e-10 and the state is the pair (S [N, H, K, V],
     z [N, 1, H, K])."""
+    _kwargs('chunk_linear_attn', kwargs)
     return _run(_FORWARD, q, k, v, scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                 normalize=normalize, algo='auto',
@@ -315,8 +335,9 @@ def fused_recurrent_linear_attn(q, k, v, scale=None, initial_state=None,
                                 output_final_state=False, reverse=False, normalize=False,
                                 cu_seqlens=None,
                                 ssm_state_indices=None, num_accepted_tokens=None,
-                                inplace_final_state=False):
+                                inplace_final_state=False, **kwargs):
     """fla.ops.linear_attn.fused_recurrent_linear_attn (normalize off by default)."""
+    _kwargs('fused_recurrent_linear_attn', kwargs)
     return _run(_FORWARD, q, k, v, scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                 normalize=normalize, reverse=reverse, algo='recurrent',
@@ -348,7 +369,7 @@ def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=No
                      inplace_final_state=False, **kwargs):
     """fla.ops.simple_gla.chunk_simple_gla: g [B, T, H] per-token log-decay
     and/or g_gamma [H] per-head log-decay."""
-    _no_head_first(kwargs)
+    _kwargs('chunk_simple_gla', kwargs, ('chunk_size',))
     return _simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state,
                        state_v_first, cu_seqlens, False, 'auto',
                        kwargs.get('chunk_size') or 0,
@@ -361,7 +382,7 @@ def fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initia
                                ssm_state_indices=None, num_accepted_tokens=None,
                                inplace_final_state=False, **kwargs):
     """fla.ops.simple_gla.fused_recurrent_simple_gla."""
-    _no_head_first(kwargs)
+    _kwargs('fused_recurrent_simple_gla', kwargs)
     return _simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state,
                        state_v_first, cu_seqlens, reverse, 'recurrent', 0,
                        _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
@@ -369,8 +390,9 @@ def fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initia
 
 def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False,
               state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
-              ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False):
+              ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
     """fla.ops.gla.chunk_gla: g [B, T, H, K] per-channel log-decay."""
+    _kwargs('chunk_gla', kwargs)
     return _run(_FORWARD, q, k, v, g, 'channel', scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                 state_v_first=state_v_first, algo='auto',
@@ -384,7 +406,7 @@ def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=Non
                         inplace_final_state=False, **kwargs):
     """fla.ops.gla.fused_recurrent_gla: gk [B, T, H, K]; gv (value-channel
     decay) is not supported."""
-    _no_head_first(kwargs)
+    _kwargs('fused_recurrent_gla', kwargs)
     if gv is not None:
         raise NotImplementedError('gv (a decay per value channel) is not supported by linattn')
     return _run(_FORWARD, q, k, v, gk, 'channel' if gk is not None else 'none', scale=scale,
@@ -400,7 +422,7 @@ def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=
                     inplace_final_state=False, **kwargs):
     """fla.ops.retention.chunk_retention: RetNet's fixed per-head decays,
     log(1 - 2 ** (-5 - h)) for head h."""
-    _no_head_first(kwargs)
+    _kwargs('chunk_retention', kwargs, ('chunk_size',))
     H = as_numpy(q, 'q')[0].shape[2]
     g_gamma = np.log(1 - np.float32(2) ** (-5 - np.arange(H, dtype=np.float32)))
     return _run(_FORWARD, q, k, v, g_gamma.astype(np.float32), 'head', scale=scale,
@@ -420,7 +442,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                            inplace_final_state=False, **kwargs):
     """fla.ops.gated_delta_rule.chunk_gated_delta_rule (Gated DeltaNet):
     q, k [B, T, H, K], v [B, T, HV, V], g and beta [B, T, HV]."""
-    _no_head_first(kwargs)
+    _kwargs('chunk_gated_delta_rule', kwargs, ('use_gate_in_kernel', 'A_log', 'dt_bias'))
     if cp_context is not None:
         raise NotImplementedError('cp_context (context parallelism) is not supported')
     if kwargs.get('use_gate_in_kernel'):
@@ -442,6 +464,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                      inplace_final_state=False, **kwargs):
     """fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule: g [B, T, HV]
     and/or gk [B, T, HV, K]; beta None means ones; gv is not supported."""
+    _kwargs('fused_recurrent_gated_delta_rule', kwargs)
     if gv is not None:
         raise NotImplementedError('gv (a decay per value channel) is not supported by linattn')
     if use_gate_in_kernel:
@@ -465,7 +488,7 @@ def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final
                      ssm_state_indices=None, num_accepted_tokens=None,
                      inplace_final_state=False, **kwargs):
     """fla.ops.delta_rule.chunk_delta_rule (DeltaNet): beta [B, T, H]."""
-    _no_head_first(kwargs)
+    _kwargs('chunk_delta_rule', kwargs)
     return _run(_DELTA_FORWARD, q, k, v, None, 'none', beta, scale, initial_state,
                 output_final_state, cu_seqlens, qk_l2norm=use_qk_l2norm_in_kernel,
                 algo='auto',
@@ -476,8 +499,9 @@ def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None, initial_state=Non
                                output_final_state=False, use_qk_l2norm_in_kernel=False,
                                cu_seqlens=None,
                                ssm_state_indices=None, num_accepted_tokens=None,
-                               inplace_final_state=False):
+                               inplace_final_state=False, **kwargs):
     """fla.ops.delta_rule.fused_recurrent_delta_rule: beta None means ones."""
+    _kwargs('fused_recurrent_delta_rule', kwargs)
     beta = _beta(beta, q, v, False, False)
     return _run(_DELTA_FORWARD, q, k, v, None, 'none', beta, scale, initial_state,
                 output_final_state, cu_seqlens, qk_l2norm=use_qk_l2norm_in_kernel,
@@ -509,7 +533,7 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
               inplace_final_state=False, **kwargs):
     """fla.ops.kda.chunk_kda (Kimi Delta Attention): g [B, T, HV, K]
     per-channel log-decay, beta [B, T, HV]."""
-    _no_head_first(kwargs)
+    _kwargs('chunk_kda', kwargs, ('A_log', 'dt_bias'))
     if cp_context is not None:
         raise NotImplementedError('cp_context (context parallelism) is not supported')
     if return_intermediate_states:
@@ -529,6 +553,7 @@ def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None,
                         ssm_state_indices=None, num_accepted_tokens=None,
                         inplace_final_state=False, **kwargs):
     """fla.ops.kda.fused_recurrent_kda."""
+    _kwargs('fused_recurrent_kda', kwargs)
     return _kda(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
                 use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
                 allow_neg_eigval, lower_bound, state_v_first, cu_seqlens, 'recurrent',

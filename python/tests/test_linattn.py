@@ -867,10 +867,15 @@ def test_step_arguments():
 
 
 def test_torch_requires_grad_input_is_used_without_copy():
+    # With autograd on it is an error (no backward pass; see
+    # test_fla_requires_grad_is_an_error); under no_grad it runs, uncopied.
     torch = _torch()
     q = torch.randn(B, H, 4, K, requires_grad=True)
     k, v = torch.randn(B, H, 4, K), torch.randn(B, H, 4, V)
-    o = linattn.forward(q, k, v)
+    with pytest.raises(RuntimeError, match='q: requires_grad=True'):
+        linattn.forward(q, k, v)
+    with torch.no_grad():
+        o = linattn.forward(q, k, v)
     close(o, additive_ref(q.detach().numpy(), k.numpy(), v.numpy())[0])
 
 
@@ -1051,3 +1056,62 @@ def test_isa_selection():
 def test_version():
     assert linattn.version().count('.') == 2
     assert linattn.__version__ == linattn.version()
+
+
+# --- keyword arguments and gradients ----------------------------------------
+
+FLA_FUNCTIONS = ['chunk_linear_attn', 'fused_recurrent_linear_attn', 'chunk_simple_gla',
+                 'fused_recurrent_simple_gla', 'chunk_gla', 'fused_recurrent_gla',
+                 'chunk_retention', 'chunk_gated_delta_rule', 'fused_recurrent_gated_delta_rule',
+                 'chunk_delta_rule', 'fused_recurrent_delta_rule', 'chunk_kda',
+                 'fused_recurrent_kda']
+
+
+def _fla_args(fn, B=1, T=5, H=2, K=4, V=3, seed=7):
+    """Valid positional arguments for fn, numpy float32, gates <= 0."""
+    r = np.random.default_rng(seed)
+    q, k, v = (r.standard_normal((B, T, H, d), dtype=np.float32) for d in (K, K, V))
+    if fn in ('chunk_gla', 'fused_recurrent_gla'):
+        return q, k, v, -r.random((B, T, H, K), dtype=np.float32)
+    if fn == 'chunk_simple_gla' or fn == 'fused_recurrent_simple_gla':
+        return q, k, v, -r.random((B, T, H), dtype=np.float32)
+    if fn == 'chunk_gated_delta_rule':
+        return q, k, v, -r.random((B, T, H), dtype=np.float32), r.random((B, T, H), dtype=np.float32)
+    if fn in ('chunk_kda', 'fused_recurrent_kda'):
+        return (q, k, v, -r.random((B, T, H, K), dtype=np.float32),
+                r.random((B, T, H), dtype=np.float32))
+    if fn in ('chunk_delta_rule', 'fused_recurrent_delta_rule'):
+        return q, k, v, r.random((B, T, H), dtype=np.float32)
+    return q, k, v
+
+
+@pytest.mark.parametrize('fn', FLA_FUNCTIONS)
+def test_fla_unknown_keyword_warns_once_by_name(fn):
+    f = getattr(linattn, fn)
+    args = _fla_args(fn)
+    want = f(*args, output_final_state=True)
+    name = f'output_final_sate_{fn}'  # misspelt, and new to the once-per-name record
+    with pytest.warns(UserWarning, match=f"{fn}: unknown keyword argument '{name}'"):
+        got = f(*args, output_final_state=True, **{name: True})
+    np.testing.assert_array_equal(got[0], want[0])  # ignored: same result
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        f(*args, **{name: True})               # the second time: no warning
+        f(*args, chunk_size=64, cu_seqlens_cpu=None)  # fla's, accepted and ignored
+    with pytest.raises(DeprecationWarning, match='head_first'):
+        f(*args, head_first=True)
+
+
+@pytest.mark.parametrize('fn', ['chunk_simple_gla', 'fused_recurrent_delta_rule'])
+def test_fla_requires_grad_is_an_error(fn):
+    torch = pytest.importorskip('torch')
+    args = [torch.from_numpy(a) for a in _fla_args(fn)]
+    args[1].requires_grad_(True)
+    with pytest.raises(RuntimeError, match='k: requires_grad=True, but linattn has no backward'):
+        getattr(linattn, fn)(*args)
+    with torch.no_grad():  # no gradient asked for: runs
+        o, _ = getattr(linattn, fn)(*args)
+    assert isinstance(o, torch.Tensor) and not o.requires_grad
+    with pytest.raises(RuntimeError, match='no backward'):
+        linattn.forward(args[0].transpose(1, 2), args[1].transpose(1, 2), args[2].transpose(1, 2))

@@ -199,7 +199,7 @@ def test_apply_and_revert_on_a_fake_module():
         assert layer.recurrent_gated_delta_rule is torch_recurrent_gated_delta_rule
 
 
-def test_fla_kernel_bound_by_a_layer_is_left_alone():
+def test_fla_kernel_bound_by_a_layer_keeps_non_cpu_tensors():
     mod = fake_qwen3_next()
     layer = mod.Qwen3NextGatedDeltaNet()
 
@@ -210,10 +210,18 @@ def test_fla_kernel_bound_by_a_layer_is_left_alone():
     lt.apply_linattn(torch.nn.Sequential(layer), families='qwen3_next',
                      modules={'qwen3_next': mod})
     try:
-        assert layer.chunk_gated_delta_rule is fla_kernel
+        assert layer.chunk_gated_delta_rule.__wrapped__ is fla_kernel
         assert layer.recurrent_gated_delta_rule._linattn_kind == 'gdn_recurrent'
+        gen = torch.Generator().manual_seed(SEED + 4)
+        q, k, v, g, beta = inputs(1, 4, 2, 2, 8, 8, False, torch.float32, gen)
+        meta = [x.to('meta') for x in (q, k, v, g, beta)]
+        assert layer.chunk_gated_delta_rule(*meta, initial_state=None) == 'fla'
+        o, _ = layer.chunk_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=None,
+                                            use_qk_l2norm_in_kernel=True)
+        close(o, ref(q, k, v, g, beta)[0], 2e-4)
     finally:
         lt.revert_linattn()
+    assert layer.chunk_gated_delta_rule is fla_kernel
     assert layer.recurrent_gated_delta_rule is torch_recurrent_gated_delta_rule
 
 

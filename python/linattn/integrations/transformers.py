@@ -188,30 +188,27 @@ def _lookup(module, family, name):
     return getattr(module, name)
 
 
-def _patch_layer(layer, fns):
-    """Set the instance attributes of one layer; returns what was there."""
+def _bind(layer, attr, kind, module_repl, saved):
+    """Point one layer's attribute at linattn; saved[attr] gets what to give
+    back. Whatever the layer had is what non-CPU tensors still reach: the
+    module's fallback, or fla's kernel (a CUDA path) wrapped per layer."""
+    cur = vars(layer).get(attr, _MISSING)
+    if cur is _MISSING and not hasattr(type(layer), attr):
+        return  # this version looks the module-level name up at call time
+    if getattr(cur, '_linattn_kind', None):
+        saved[attr], fn = cur.__wrapped__, cur  # bound by __init__ while patched
+    elif cur is _MISSING or cur is None or cur is module_repl.__wrapped__:
+        saved[attr], fn = cur, module_repl
+    else:
+        saved[attr], fn = cur, make_replacement(kind, cur)
+    setattr(layer, attr, fn)
+
+
+def _patch_layer(layer, st):
     saved = {}
-    for attr, fn in fns.items():
-        cur = vars(layer).get(attr, _MISSING)
-        if cur is _MISSING and not hasattr(type(layer), attr):
-            continue  # this version looks the module-level name up at call time
-        if _is_fallback(cur):
-            saved[attr] = _original_of(cur)
-            setattr(layer, attr, fn)
+    for attr, (kind, repl) in st['attrs'].items():
+        _bind(layer, attr, kind, repl, saved)
     return saved
-
-
-def _original_of(fn):
-    """What to give back on revert: a replacement bound by __init__ while
-    patched stands for the function it wraps."""
-    return fn.__wrapped__ if getattr(fn, '_linattn_kind', None) else fn
-
-
-def _is_fallback(fn):
-    """True unless fn is fla's own kernel (a GPU path, left alone)."""
-    if fn is _MISSING or fn is None:
-        return True
-    return not (getattr(fn, '__module__', None) or '').startswith('fla.')
 
 
 _MISSING = object()
@@ -254,7 +251,7 @@ def apply_linattn(model=None, families=None, modules=None):
         cls = _lookup(mod, fam, clsname)
         originals = {name: _lookup(mod, fam, name) for name, _, _ in entries}
         repl = {name: make_replacement(kind, originals[name]) for name, _, kind in entries}
-        attrs = {attr: repl[name] for name, attr, _ in entries}
+        attrs = {attr: (kind, repl[name]) for name, attr, kind in entries}
         for name in repl:
             setattr(mod, name, repl[name])
         init = cls.__init__
@@ -264,15 +261,7 @@ def apply_linattn(model=None, families=None, modules=None):
         @functools.wraps(init)
         def patched_init(self, *a, _init=init, _st=st, **kw):
             _init(self, *a, **kw)
-            # After __init__ has bound fla's kernel or the fallback: only the
-            # fallback is swapped; an fla (CUDA) kernel stays.
-            saved = {}
-            for attr, fn in _st['attrs'].items():
-                cur = vars(self).get(attr, _MISSING)
-                if (cur is not _MISSING or hasattr(type(self), attr)) and _is_fallback(cur):
-                    saved[attr] = _original_of(cur)
-                    setattr(self, attr, fn)
-            _st['layers'][self] = saved
+            _st['layers'][self] = _patch_layer(self, _st)
         cls.__init__ = patched_init
         _applied[fam] = st
         done.append(fam)
@@ -286,7 +275,7 @@ def _patch_model(model):
     for layer in model.modules():
         for fam, st in _applied.items():
             if isinstance(layer, st['cls']) and layer not in st['layers']:
-                st['layers'][layer] = _patch_layer(layer, st['attrs'])
+                st['layers'][layer] = _patch_layer(layer, st)
 
 
 def revert_linattn():

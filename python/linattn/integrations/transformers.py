@@ -16,8 +16,9 @@ torch_chunk_gated_delta_rule``, or the ``use_kernelized_func`` class
 decorator) or looks the module-level name up when it runs. Both are
 covered: the module-level names are replaced, the layer classes' ``__init__``
 is wrapped so that layers built later get the replacement, and the layers of
-models passed to ``apply_linattn(model)`` (or alive at the call, found from
-the models passed) are switched in place. Never run against a real
+models passed to ``apply_linattn(model)`` are switched in place. The
+``kernels`` package's device mapping (``use_kernels=True``) is not
+registered yet. Never run against a real
 transformers install in this repository (none was available).
 
 What a replacement does, exactly as the torch fallback's contract:

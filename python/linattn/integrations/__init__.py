@@ -1,0 +1,1 @@
+"""Integrations of linattn with other libraries (imported on demand)."""

@@ -1,0 +1,309 @@
+"""Run the linear-attention layers of HF transformers models on linattn (CPU).
+
+    import linattn.integrations.transformers as lt
+    lt.apply_linattn()            # every supported family, models loaded now and later
+    ...
+    lt.revert_linattn()           # the original functions back
+
+Families: Qwen3-Next and Qwen3.5 (Gated DeltaNet: transformers'
+``torch_chunk_gated_delta_rule`` / ``torch_recurrent_gated_delta_rule``) and
+Kimi Linear (KDA: ``torch_chunk_kda`` / ``torch_recurrent_kda``).
+
+Written against transformers' main branch as read in 2026-11 (5.x), where
+the layer either binds these functions to instance attributes in
+``__init__`` (``self.chunk_gated_delta_rule = chunk_gated_delta_rule or
+torch_chunk_gated_delta_rule``, or the ``use_kernelized_func`` class
+decorator) or looks the module-level name up when it runs. Both are
+covered: the module-level names are replaced, the layer classes' ``__init__``
+is wrapped so that layers built later get the replacement, and the layers of
+models passed to ``apply_linattn(model)`` are switched in place. The
+``kernels`` package's device mapping (``use_kernels=True``) is not
+registered yet. Never run against a real
+transformers install in this repository (none was available).
+
+What a replacement does, exactly as the torch fallback's contract:
+``(query, key, value, g, beta, [chunk_size,] initial_state,
+output_final_state, use_qk_l2norm_in_kernel, **kwargs) -> (o, state)`` with
+q/k/v [B, T, H, D], g [B, T, H] (Gated DeltaNet) or [B, T, H, K] (KDA), beta
+[B, T, H], state K-first [B, H, K, V] float32, scale K ** -0.5, l2norm
+x / sqrt(|x|^2 + 1e-6), o in query's dtype. ``cu_seqlens`` (packed
+sequences, B = 1) is passed on to linattn when given.
+
+It falls back to the original function (unchanged results) for tensors not on
+the CPU, and when autograd would need a backward (linattn has none: no
+training).
+
+Dtype: linattn's Python functions take float32 today. bf16/fp16 inputs are
+converted to float32 (a temporary copy of q, k, v, g, beta; the state, held
+in float32 by these models, is not copied) and the output converted back to
+the model's dtype, as the torch fallback does internally.
+
+Cost to know: transformers expands q and k to the value heads with
+``repeat_interleave`` before calling (Qwen3-Next: 16 q/k heads to 32 value
+heads), so linattn reads twice the q/k bytes that it could take grouped; the
+expansion is transformers' and is not undone here. Decode (T = 1) goes
+through the same wrapper: the state is copied into a new array per call.
+"""
+
+import functools
+import importlib
+import weakref
+
+from .. import _fla
+
+# (modeling module, layer class, [(module-level name, instance attribute, kind)])
+_FAMILIES = {
+    'qwen3_next': ('transformers.models.qwen3_next.modeling_qwen3_next',
+                   'Qwen3NextGatedDeltaNet',
+                   [('torch_chunk_gated_delta_rule', 'chunk_gated_delta_rule', 'gdn_chunk'),
+                    ('torch_recurrent_gated_delta_rule', 'recurrent_gated_delta_rule',
+                     'gdn_recurrent')]),
+    'qwen3_5': ('transformers.models.qwen3_5.modeling_qwen3_5',
+                'Qwen3_5GatedDeltaNet',
+                [('torch_chunk_gated_delta_rule', 'chunk_gated_delta_rule', 'gdn_chunk'),
+                 ('torch_recurrent_gated_delta_rule', 'recurrent_gated_delta_rule',
+                  'gdn_recurrent')]),
+    'kimi_linear': ('transformers.models.kimi_linear.modeling_kimi_linear',
+                    'KimiLinearDeltaAttention',
+                    [('torch_chunk_kda', 'chunk_kda', 'kda_chunk'),
+                     ('torch_recurrent_kda', 'recurrent_kda', 'kda_recurrent')]),
+}
+
+_LINATTN = {
+    'gdn_chunk': _fla.chunk_gated_delta_rule,
+    'gdn_recurrent': _fla.fused_recurrent_gated_delta_rule,
+    'kda_chunk': _fla.chunk_kda,
+    'kda_recurrent': _fla.fused_recurrent_kda,
+}
+
+# What apply_linattn changed, for revert_linattn: family -> saved originals.
+_applied = {}
+
+
+class IntegrationError(RuntimeError):
+    """transformers is missing, or its modeling code no longer matches."""
+
+
+def _transformers_version():
+    try:
+        import transformers
+        return getattr(transformers, '__version__', 'unknown')
+    except ImportError:
+        return None
+
+
+def _import_module(family):
+    name = _FAMILIES[family][0]
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        ver = _transformers_version()
+        if ver is None:
+            raise IntegrationError(
+                'linattn.integrations.transformers needs HF transformers, which is not '
+                'importable here') from e
+        raise IntegrationError(f'{name} cannot be imported from transformers {ver}: {e}') from e
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _wants_grad(tensors):
+    torch = _torch()
+    return torch.is_grad_enabled() and any(
+        t is not None and getattr(t, 'requires_grad', False) for t in tensors)
+
+
+def _on_cpu(tensors):
+    return all(t is None or t.device.type == 'cpu' for t in tensors)
+
+
+def _f32(t):
+    torch = _torch()
+    return t if t is None or t.dtype == torch.float32 else t.to(torch.float32)
+
+
+def _run(kind, query, key, value, g, beta, initial_state, output_final_state,
+         use_qk_l2norm_in_kernel, cu_seqlens):
+    """linattn's fla-style function on float32 views of the inputs; o back in
+    query's dtype, the state float32 (as transformers' fallback returns it)."""
+    # Step for issue 24 (bf16 input stage): pass q, k, v, g, beta as they are
+    # and drop these conversions. Step for issue 23 (in-place state pool):
+    # for the recurrent kinds, pass initial_state with the in-place flag and
+    # return it as the final state.
+    o, state = _LINATTN[kind](
+        _f32(query), _f32(key), _f32(value), g=_f32(g), beta=_f32(beta),
+        initial_state=_f32(initial_state), output_final_state=bool(output_final_state),
+        use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel), cu_seqlens=cu_seqlens)
+    if o.dtype != query.dtype:
+        o = o.to(query.dtype)
+    return o, (state if output_final_state else None)
+
+
+def make_replacement(kind, original):
+    """The drop-in for transformers' torch fallback `original` (kind:
+    gdn_chunk, gdn_recurrent, kda_chunk, kda_recurrent)."""
+    if kind not in _LINATTN:
+        raise ValueError(f'kind: {kind!r}; one of {sorted(_LINATTN)}')
+    chunked = kind.endswith('_chunk')
+
+    def replacement(query, key, value, g, beta, *args, **kwargs):
+        # Positional tail as in the fallbacks: chunk: (chunk_size,
+        # initial_state, output_final_state, use_qk_l2norm_in_kernel);
+        # recurrent: (initial_state, output_final_state, use_qk_l2norm_in_kernel).
+        names = (('chunk_size',) if chunked else ()) + (
+            'initial_state', 'output_final_state', 'use_qk_l2norm_in_kernel')
+        if len(args) > len(names):
+            raise TypeError(f'{kind}: {len(args) + 5} positional arguments, at most '
+                            f'{len(names) + 5}')
+        bound = dict(zip(names, args))
+        for n in bound:
+            if n in kwargs:
+                raise TypeError(f'{kind}: got multiple values for argument {n!r}')
+        bound.update(kwargs)
+        state = bound.get('initial_state')
+        tensors = (query, key, value, g, beta, state)
+        if not _on_cpu(tensors) or _wants_grad(tensors):
+            return original(query, key, value, g, beta, *args, **kwargs)
+        bound.pop('chunk_size', None)  # linattn picks its own chunk; results do not depend on it
+        return _run(kind, query, key, value, g, beta, state,
+                    bound.pop('output_final_state', False),
+                    bound.pop('use_qk_l2norm_in_kernel', False),
+                    bound.pop('cu_seqlens', None))
+
+    if original is not None:
+        functools.update_wrapper(replacement, original)
+    replacement.__wrapped__ = original
+    replacement._linattn_kind = kind
+    return replacement
+
+
+def _lookup(module, family, name):
+    if not hasattr(module, name):
+        raise IntegrationError(
+            f'{module.__name__}.{name} is not there in transformers '
+            f'{_transformers_version()}: the linattn integration for {family} was written for '
+            f'a version that has it')
+    return getattr(module, name)
+
+
+def _bind(layer, attr, kind, module_repl, saved):
+    """Point one layer's attribute at linattn; saved[attr] gets what to give
+    back. Whatever the layer had is what non-CPU tensors still reach: the
+    module's fallback, or fla's kernel (a CUDA path) wrapped per layer."""
+    cur = vars(layer).get(attr, _MISSING)
+    if cur is _MISSING and not hasattr(type(layer), attr):
+        return  # this version looks the module-level name up at call time
+    if getattr(cur, '_linattn_kind', None):
+        saved[attr], fn = cur.__wrapped__, cur  # bound by __init__ while patched
+    elif cur is _MISSING or cur is None or cur is module_repl.__wrapped__:
+        saved[attr], fn = cur, module_repl
+    else:
+        saved[attr], fn = cur, make_replacement(kind, cur)
+    setattr(layer, attr, fn)
+
+
+def _patch_layer(layer, st):
+    saved = {}
+    for attr, (kind, repl) in st['attrs'].items():
+        _bind(layer, attr, kind, repl, saved)
+    return saved
+
+
+_MISSING = object()
+
+
+def _families(names):
+    if names is None:
+        return list(_FAMILIES)
+    names = [names] if isinstance(names, str) else list(names)
+    for n in names:
+        if n not in _FAMILIES:
+            raise ValueError(f'model family {n!r}; supported: {sorted(_FAMILIES)}')
+    return names
+
+
+def apply_linattn(model=None, families=None, modules=None):
+    """Make the Gated DeltaNet / KDA layers run on linattn for CPU tensors.
+
+    model: a loaded model (or a list of them) whose layers are switched now;
+    layers built after this call get linattn through their class's __init__.
+    families: 'qwen3_next', 'qwen3_5', 'kimi_linear' or a list (default all;
+    a family whose modeling module transformers lacks is an error only when
+    named explicitly). modules: {family: module object} to use instead of
+    importing transformers' (tests). Calling it twice is harmless."""
+    explicit = families is not None
+    done = []
+    for fam in _families(families):
+        if fam in _applied:
+            continue
+        if modules and fam in modules:
+            mod = modules[fam]
+        else:
+            try:
+                mod = _import_module(fam)
+            except IntegrationError:
+                if explicit or _transformers_version() is None:
+                    raise
+                continue  # this transformers predates the family
+        modname, clsname, entries = _FAMILIES[fam]
+        cls = _lookup(mod, fam, clsname)
+        originals = {name: _lookup(mod, fam, name) for name, _, _ in entries}
+        repl = {name: make_replacement(kind, originals[name]) for name, _, kind in entries}
+        attrs = {attr: (kind, repl[name]) for name, attr, kind in entries}
+        for name in repl:
+            setattr(mod, name, repl[name])
+        init = cls.__init__
+        st = {'module': mod, 'cls': cls, 'init': init, 'originals': originals,
+              'attrs': attrs, 'layers': weakref.WeakKeyDictionary()}
+
+        @functools.wraps(init)
+        def patched_init(self, *a, _init=init, _st=st, **kw):
+            _init(self, *a, **kw)
+            _st['layers'][self] = _patch_layer(self, _st)
+        cls.__init__ = patched_init
+        _applied[fam] = st
+        done.append(fam)
+    if model is not None:
+        for m in (model if isinstance(model, (list, tuple)) else [model]):
+            _patch_model(m)
+    return done
+
+
+def _patch_model(model):
+    for layer in model.modules():
+        for fam, st in _applied.items():
+            if isinstance(layer, st['cls']) and layer not in st['layers']:
+                st['layers'][layer] = _patch_layer(layer, st)
+
+
+def revert_linattn():
+    """Undo apply_linattn: the module-level functions and the classes'
+    __init__ restored, and every layer it switched (those still alive, loaded
+    before or after apply_linattn) given back what it had."""
+    for fam, st in list(_applied.items()):
+        mod = st['module']
+        for name, fn in st['originals'].items():
+            setattr(mod, name, fn)
+        st['cls'].__init__ = st['init']
+        for layer, saved in list(st['layers'].items()):
+            _restore(layer, saved, st['originals'])
+        del _applied[fam]
+
+
+def _restore(layer, saved, originals):
+    for attr, old in saved.items():
+        if old is _MISSING:
+            try:
+                delattr(layer, attr)
+            except AttributeError:
+                pass
+        else:
+            setattr(layer, attr, old)
+
+
+def is_applied(family=None):
+    """Whether apply_linattn is in effect (for one family, or any)."""
+    return bool(_applied) if family is None else family in _applied

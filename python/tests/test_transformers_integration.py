@@ -1,0 +1,299 @@
+"""linattn.integrations.transformers: the replacements for transformers'
+torch fallbacks (Gated DeltaNet and KDA), in the fallbacks' calling
+convention, against a float64 recurrence written here; the patch/undo logic
+on fake modeling modules; and, where transformers with torch >= 2 is
+importable, tiny random Qwen3-Next / Qwen3.5 / Kimi Linear models with and
+without the patch."""
+
+import types
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip('torch')
+lt = pytest.importorskip('linattn.integrations.transformers')
+
+SEED = 2511
+print(f'test_transformers_integration: seed {SEED}')
+
+
+def ref(q, k, v, g, beta, s0=None, l2=True):
+    """float64 delta rule, [B, T, H, D] in, (o [B, T, H, V], S [B, H, K, V]);
+    g [B, T, H] (per head) or [B, T, H, K] (per key channel)."""
+    q, k, v, g, beta = (x.detach().double() for x in (q, k, v, g, beta))
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    if l2:
+        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
+        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    q = q * K ** -0.5
+    S = torch.zeros(B, H, K, V, dtype=torch.float64) if s0 is None else s0.double().clone()
+    o = torch.zeros(B, T, H, V, dtype=torch.float64)
+    for t in range(T):
+        d = g[:, t].exp()
+        S = S * (d[..., None, None] if d.dim() == 2 else d[..., None])
+        u = beta[:, t, :, None] * (v[:, t] - torch.einsum('bhkv,bhk->bhv', S, k[:, t]))
+        S = S + k[:, t, :, :, None] * u[:, :, None, :]
+        o[:, t] = torch.einsum('bhkv,bhk->bhv', S, q[:, t])
+    return o, S
+
+
+def inputs(B, T, Hk, H, K, V, kda, dtype, gen):
+    def r(*s):
+        return torch.randn(*s, generator=gen)
+    q = r(B, T, Hk, K)
+    k = r(B, T, Hk, K)
+    if H != Hk:  # as transformers does before calling
+        q = q.repeat_interleave(H // Hk, dim=2)
+        k = k.repeat_interleave(H // Hk, dim=2)
+    # value a strided view of a packed projection, as after torch.split
+    packed = r(B, T, H * V + 3)
+    v = packed[..., :H * V].reshape(B, T, H, V)
+    g = -torch.nn.functional.softplus(r(B, T, H, K) if kda else r(B, T, H))  # float32, as the models
+    beta = torch.sigmoid(r(B, T, H))
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    return q, k, v, g, beta
+
+
+def close(got, want, tol):
+    got = got.detach().double()
+    err = (got - want).abs().max().item() / max(want.abs().max().item(), 1e-30)
+    assert err <= tol, f'relative error {err:.3g} > {tol}'
+
+
+FALLBACK_CALLED = []
+
+
+def fake_fallback(*a, **kw):
+    FALLBACK_CALLED.append((a, kw))
+    return 'fallback'
+
+
+@pytest.mark.parametrize('kda', [False, True], ids=['gdn', 'kda'])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16], ids=['f32', 'bf16'])
+@pytest.mark.parametrize('heads', [(2, 2), (2, 4)], ids=['mha', 'grouped'])
+@pytest.mark.parametrize('l2', [True, False], ids=['l2', 'nol2'])
+@pytest.mark.parametrize('with_state', [False, True], ids=['zero', 'h0'])
+def test_prefill_then_decode(kda, dtype, heads, l2, with_state):
+    gen = torch.Generator().manual_seed(SEED)
+    Hk, H = heads
+    B, T, K, V = 2, 70, 16, 12  # T over one 64-token chunk, not a multiple
+    chunk = lt.make_replacement('kda_chunk' if kda else 'gdn_chunk', fake_fallback)
+    rec = lt.make_replacement('kda_recurrent' if kda else 'gdn_recurrent', fake_fallback)
+    q, k, v, g, beta = inputs(B, T + 3, Hk, H, K, V, kda, dtype, gen)
+    s0 = torch.randn(B, H, K, V, generator=gen) * 0.1 if with_state else None
+    tol = 2e-4 if dtype == torch.float32 else 1e-2  # bf16: the output's rounding
+    want, wS = ref(q, k, v, g, beta, s0, l2)
+    # prefill, in the model's keyword form
+    o, S = chunk(q[:, :T], k[:, :T], v[:, :T], g=g[:, :T], beta=beta[:, :T],
+                 initial_state=s0, output_final_state=True, use_qk_l2norm_in_kernel=l2)
+    assert o.dtype == dtype and o.shape == (B, T, H, V)
+    assert S.dtype == torch.float32 and S.shape == (B, H, K, V)  # K-first, as the fallback
+    close(o, want[:, :T], tol)
+    # decode with the carried state, one token per call
+    for t in range(T, T + 3):
+        o1, S = rec(q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1], g=g[:, t:t + 1],
+                    beta=beta[:, t:t + 1], initial_state=S, output_final_state=True,
+                    use_qk_l2norm_in_kernel=l2)
+        assert o1.dtype == dtype
+        close(o1, want[:, t:t + 1], tol)
+    close(S, wS, 2e-4 if dtype == torch.float32 else 1e-2)
+    assert not FALLBACK_CALLED
+
+
+@pytest.mark.parametrize('kind', ['gdn_chunk', 'kda_chunk'])
+def test_positional_and_no_final_state(kind):
+    gen = torch.Generator().manual_seed(SEED + 1)
+    kda = kind.startswith('kda')
+    q, k, v, g, beta = inputs(1, 9, 2, 2, 8, 8, kda, torch.float32, gen)
+    f = lt.make_replacement(kind, fake_fallback)
+    # positional: chunk_size, initial_state, output_final_state, use_qk_l2norm_in_kernel
+    o, S = f(q, k, v, g, beta, 64, None, False, True)
+    assert S is None
+    close(o, ref(q, k, v, g, beta)[0], 2e-4)
+    rec = lt.make_replacement(kind.replace('chunk', 'recurrent'), fake_fallback)
+    o, S = rec(q, k, v, g, beta, None, True, True)  # recurrent fallback: no chunk_size
+    close(o, ref(q, k, v, g, beta)[0], 2e-4)
+    close(S, ref(q, k, v, g, beta)[1], 2e-4)
+    with pytest.raises(TypeError):
+        f(q, k, v, g, beta, 64, None, False, True, 'extra')
+
+
+def test_cu_seqlens_packed_sequences():
+    gen = torch.Generator().manual_seed(SEED + 2)
+    q, k, v, g, beta = inputs(1, 20, 2, 2, 8, 8, True, torch.float32, gen)
+    f = lt.make_replacement('kda_chunk', fake_fallback)
+    o, S = f(q, k, v, g=g, beta=beta, initial_state=None, output_final_state=True,
+             use_qk_l2norm_in_kernel=True, cu_seqlens=torch.tensor([0, 7, 20]))
+    for n, (a, b) in enumerate([(0, 7), (7, 20)]):
+        wo, wS = ref(q[:, a:b], k[:, a:b], v[:, a:b], g[:, a:b], beta[:, a:b])
+        close(o[:, a:b], wo, 2e-4)
+        close(S[n:n + 1], wS, 2e-4)
+
+
+def test_non_cpu_and_autograd_go_to_the_original():
+    gen = torch.Generator().manual_seed(SEED + 3)
+    q, k, v, g, beta = inputs(1, 4, 2, 2, 8, 8, False, torch.float32, gen)
+    f = lt.make_replacement('gdn_chunk', fake_fallback)
+    FALLBACK_CALLED.clear()
+    meta = [x.to('meta') for x in (q, k, v, g, beta)]  # stands in for a CUDA tensor
+    assert f(*meta, initial_state=None, output_final_state=True) == 'fallback'
+    qg = q.clone().requires_grad_()
+    assert f(qg, k, v, g, beta) == 'fallback'  # no backward in linattn
+    with torch.no_grad():
+        assert f(qg, k, v, g, beta)[0].shape == (1, 4, 2, 8)
+    assert len(FALLBACK_CALLED) == 2
+    FALLBACK_CALLED.clear()
+
+
+# --- patch / undo on fake modeling modules ----------------------------------
+
+def torch_chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_state=None,
+                                 output_final_state=False, use_qk_l2norm_in_kernel=False):
+    return 'chunk-fallback'
+
+
+def torch_recurrent_gated_delta_rule(query, key, value, g, beta, initial_state,
+                                     output_final_state, use_qk_l2norm_in_kernel=False):
+    return 'recurrent-fallback'
+
+
+def fake_qwen3_next(drop=None):
+    mod = types.ModuleType('fake_modeling_qwen3_next')
+    mod.torch_chunk_gated_delta_rule = torch_chunk_gated_delta_rule
+    mod.torch_recurrent_gated_delta_rule = torch_recurrent_gated_delta_rule
+
+    class Qwen3NextGatedDeltaNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            # as transformers: fla's kernel or the module's fallback, bound at init
+            self.chunk_gated_delta_rule = mod.torch_chunk_gated_delta_rule
+            self.recurrent_gated_delta_rule = mod.torch_recurrent_gated_delta_rule
+
+    mod.Qwen3NextGatedDeltaNet = Qwen3NextGatedDeltaNet
+    if drop:
+        delattr(mod, drop)
+    return mod
+
+
+def test_apply_and_revert_on_a_fake_module():
+    mod = fake_qwen3_next()
+    before = torch.nn.Sequential(mod.Qwen3NextGatedDeltaNet())
+    lt.apply_linattn(before, families='qwen3_next', modules={'qwen3_next': mod})
+    try:
+        assert lt.is_applied('qwen3_next')
+        after = mod.Qwen3NextGatedDeltaNet()  # a model loaded afterwards
+        for layer in (before[0], after):
+            assert layer.chunk_gated_delta_rule._linattn_kind == 'gdn_chunk'
+            assert layer.recurrent_gated_delta_rule._linattn_kind == 'gdn_recurrent'
+        assert mod.torch_chunk_gated_delta_rule._linattn_kind == 'gdn_chunk'
+        assert mod.torch_chunk_gated_delta_rule.__wrapped__ is torch_chunk_gated_delta_rule
+        lt.apply_linattn(families='qwen3_next', modules={'qwen3_next': mod})  # twice: no-op
+    finally:
+        lt.revert_linattn()
+    assert not lt.is_applied()
+    assert mod.torch_chunk_gated_delta_rule is torch_chunk_gated_delta_rule
+    assert mod.torch_recurrent_gated_delta_rule is torch_recurrent_gated_delta_rule
+    for layer in (before[0], after, mod.Qwen3NextGatedDeltaNet()):
+        assert layer.chunk_gated_delta_rule is torch_chunk_gated_delta_rule
+        assert layer.recurrent_gated_delta_rule is torch_recurrent_gated_delta_rule
+
+
+def test_fla_kernel_bound_by_a_layer_keeps_non_cpu_tensors():
+    mod = fake_qwen3_next()
+    layer = mod.Qwen3NextGatedDeltaNet()
+
+    def fla_kernel(*a, **kw):
+        return 'fla'
+    fla_kernel.__module__ = 'fla.ops.gated_delta_rule.chunk'
+    layer.chunk_gated_delta_rule = fla_kernel
+    lt.apply_linattn(torch.nn.Sequential(layer), families='qwen3_next',
+                     modules={'qwen3_next': mod})
+    try:
+        assert layer.chunk_gated_delta_rule.__wrapped__ is fla_kernel
+        assert layer.recurrent_gated_delta_rule._linattn_kind == 'gdn_recurrent'
+        gen = torch.Generator().manual_seed(SEED + 4)
+        q, k, v, g, beta = inputs(1, 4, 2, 2, 8, 8, False, torch.float32, gen)
+        meta = [x.to('meta') for x in (q, k, v, g, beta)]
+        assert layer.chunk_gated_delta_rule(*meta, initial_state=None) == 'fla'
+        o, _ = layer.chunk_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=None,
+                                            use_qk_l2norm_in_kernel=True)
+        close(o, ref(q, k, v, g, beta)[0], 2e-4)
+    finally:
+        lt.revert_linattn()
+    assert layer.chunk_gated_delta_rule is fla_kernel
+    assert layer.recurrent_gated_delta_rule is torch_recurrent_gated_delta_rule
+
+
+def test_missing_function_names_it_and_the_version():
+    mod = fake_qwen3_next(drop='torch_recurrent_gated_delta_rule')
+    with pytest.raises(lt.IntegrationError,
+                       match=r'torch_recurrent_gated_delta_rule is not there in transformers'):
+        lt.apply_linattn(families='qwen3_next', modules={'qwen3_next': mod})
+    assert not lt.is_applied()
+    assert mod.torch_chunk_gated_delta_rule is torch_chunk_gated_delta_rule  # nothing changed
+
+
+def test_unknown_family():
+    with pytest.raises(ValueError, match='qwen9'):
+        lt.apply_linattn(families='qwen9')
+
+
+def test_missing_transformers_is_a_clear_error():
+    try:
+        import transformers  # noqa: F401
+        pytest.skip('transformers is importable here; the missing-package error is not reachable')
+    except ImportError:
+        pass
+    with pytest.raises(lt.IntegrationError, match='needs HF transformers'):
+        lt.apply_linattn()
+
+
+# --- real tiny models (transformers with torch >= 2 only) --------------------
+
+def _real_transformers():
+    if int(torch.__version__.split('.')[0]) < 2:
+        pytest.skip(f'torch {torch.__version__} < 2: transformers 5 cannot run here')
+    return pytest.importorskip('transformers', reason='transformers is not installed here')
+
+
+TINY = {
+    'qwen3_next': ('Qwen3NextConfig', 'Qwen3NextForCausalLM', dict(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, shared_expert_intermediate_size=32,
+        full_attention_interval=4)),
+    'qwen3_5': ('Qwen3_5TextConfig', 'Qwen3_5ForCausalLM', dict(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, full_attention_interval=4)),
+    'kimi_linear': ('KimiLinearConfig', 'KimiLinearForCausalLM', dict(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, head_dim=16)),
+}
+
+
+@pytest.mark.parametrize('family', list(TINY))
+def test_tiny_model_logits_and_greedy_tokens(family):
+    tr = _real_transformers()
+    cfg_name, model_name, kw = TINY[family]
+    if not hasattr(tr, cfg_name) or not hasattr(tr, model_name):
+        pytest.skip(f'transformers {tr.__version__} has no {model_name}')
+    torch.manual_seed(SEED)
+    model = getattr(tr, model_name)(getattr(tr, cfg_name)(**kw)).eval()
+    ids = torch.randint(0, kw['vocab_size'], (1, 80))
+    with torch.no_grad():
+        base = model(ids).logits
+        base_gen = model.generate(ids, max_new_tokens=8, do_sample=False)
+        lt.apply_linattn(model, families=family)
+        try:
+            got = model(ids).logits
+            got_gen = model.generate(ids, max_new_tokens=8, do_sample=False)
+        finally:
+            lt.revert_linattn()
+    err = ((got - base).abs().max() / base.abs().max()).item()
+    assert err <= 1e-4, f'{family}: logits differ by {err:.3g} relative'
+    assert torch.equal(got_gen, base_gen)

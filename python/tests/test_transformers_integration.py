@@ -101,6 +101,31 @@ def test_prefill_then_decode(kda, dtype, heads, l2, with_state):
     assert not FALLBACK_CALLED
 
 
+@pytest.mark.parametrize('kda', [False, True], ids=['gdn', 'kda'])
+def test_decode_updates_the_cached_state_in_place(kda):
+    """A decode call returns the state tensor it was given, updated, as
+    transformers' cache expects of the returned state; and its result is the
+    fallback's (the reference) whether or not the update is in place."""
+    gen = torch.Generator().manual_seed(SEED + 7)
+    B, Hk, H, K, V = 2, 2, 4, 16, 12
+    rec = lt.make_replacement('kda_recurrent' if kda else 'gdn_recurrent', fake_fallback)
+    q, k, v, g, beta = inputs(B, 1, Hk, H, K, V, kda, torch.float32, gen)
+    S0 = torch.randn(B, H, K, V, generator=gen) * 0.1
+    want, wS = ref(q, k, v, g, beta, S0.clone(), True)
+    S = S0.clone()
+    o, S1 = rec(q, k, v, g=g, beta=beta, initial_state=S, output_final_state=True,
+                use_qk_l2norm_in_kernel=True)
+    assert S1 is S
+    close(o, want, 2e-4)
+    close(S, wS, 2e-4)
+    # without a final state the given state is left alone
+    S = S0.clone()
+    o, none = rec(q, k, v, g=g, beta=beta, initial_state=S, output_final_state=False,
+                  use_qk_l2norm_in_kernel=True)
+    assert none is None and torch.equal(S, S0)
+    close(o, want, 2e-4)
+
+
 @pytest.mark.parametrize('kind', ['gdn_chunk', 'kda_chunk'])
 def test_positional_and_no_final_state(kind):
     gen = torch.Generator().manual_seed(SEED + 1)

@@ -128,15 +128,24 @@ def _f32(t):
 def _run(kind, query, key, value, g, beta, initial_state, output_final_state,
          use_qk_l2norm_in_kernel, cu_seqlens):
     """linattn's fla-style function on float32 views of the inputs; o back in
-    query's dtype, the state float32 (as transformers' fallback returns it)."""
-    # Step for issue 24 (bf16 input stage): pass q, k, v, g, beta as they are
-    # and drop these conversions. Step for issue 23 (in-place state pool):
-    # for the recurrent kinds, pass initial_state with the in-place flag and
-    # return it as the final state.
+    query's dtype, the state float32 (as transformers' fallback returns it).
+
+    Decode (the recurrent kinds, one sequence per batch row, a float32
+    state): the state is updated where it lies and returned as the final
+    state, so a token copies no state. transformers stores the returned
+    tensor as the cache entry it passed in, the same object, so the cache
+    ends as it would with the fallback's new tensor."""
+    # bf16/fp16 models: q, k, v, g, beta are copied to float32 until the
+    # package takes those dtypes as they are (the dtypes work, issue 24).
+    torch = _torch()
+    in_place = (not kind.endswith('_chunk') and output_final_state and cu_seqlens is None
+                and initial_state is not None and initial_state.dtype == torch.float32
+                and initial_state.dim() == 4)
     o, state = _LINATTN[kind](
         _f32(query), _f32(key), _f32(value), g=_f32(g), beta=_f32(beta),
         initial_state=_f32(initial_state), output_final_state=bool(output_final_state),
-        use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel), cu_seqlens=cu_seqlens)
+        use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel), cu_seqlens=cu_seqlens,
+        inplace_final_state=in_place)
     if o.dtype != query.dtype:
         o = o.to(query.dtype)
     return o, (state if output_final_state else None)

@@ -325,8 +325,10 @@ linattn_status la_check_serve(la_serve *sv, linattn_op op, const linattn_config 
     /* la_check on the call with no state (the pool is checked below); a
      * step is checked as the one-token forward it is */
     linattn_config one = *cfg;
-    if (step)
-        one.seq_len = 1;
+    if (step) { /* what a step ignores is not checked: token strides, causal */
+        one.seq_len = 1, one.causal = 1;
+        one.q.token = one.k.token = one.v.token = one.o.token = one.g.token = one.beta.token = 0;
+    }
     *sv = (la_serve){0};
     la_call *c = &sv->c;
     if ((st = la_check(c, family, 0, &one, ops->q, ops->k, ops->v, ops->g, ops->beta, ops->o,

@@ -8,10 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ranges.h"
 #include "serve.h"
 #include "table.h"
 
-/* ---- the operand struct and the fields the float path cannot take yet -- */
+/* ---- the operand struct ---------------------------------------------- */
 
 linattn_status la_check_run_fields(linattn_op op, const linattn_config *cfg,
                                    const linattn_operands *ops)
@@ -29,8 +30,8 @@ linattn_status la_check_run_fields(linattn_op op, const linattn_config *cfg,
         return la_fail(LINATTN_E_NULL, "cfg is NULL");
     if (cfg->struct_size != sizeof *cfg)
         return la_fail(LINATTN_E_ARG,
-                       "cfg->struct_size = %zu, expected %zu: linattn_run reads the 0.3 "
-                       "config fields; fill cfg with linattn_config_init",
+                       "cfg->struct_size = %zu, expected %zu: linattn_run takes the "
+                       "config of this version; fill cfg with linattn_config_init",
                        cfg->struct_size, sizeof *cfg);
     if (ops->cu_seqlens == NULL && ops->num_seqs != 0)
         return la_fail(LINATTN_E_ARG,
@@ -39,105 +40,65 @@ linattn_status la_check_run_fields(linattn_op op, const linattn_config *cfg,
     return LINATTN_OK;
 }
 
-/* ---- address ranges (as check.c forms them) ----------------------------- */
+/* ---- the pool's memory ------------------------------------------------ */
 
-typedef struct {
-    uintptr_t lo, hi; /* [lo, hi); hi == 0: absent */
-} span;
-
-/* Bytes reached by p + sum idx_i * st_i (floats), idx_i < n_i; 0 on overflow. */
-static int span_of(const void *p, int rank, const int64_t *n, const int64_t *st, span *r)
-{
-    int64_t e = 1, t;
-    for (int i = 0; i < rank; i++)
-        if (__builtin_mul_overflow(n[i] - 1, st[i], &t) || __builtin_add_overflow(e, t, &e))
-            return 0;
-    if (__builtin_mul_overflow(e, (int64_t)sizeof(float), &e) ||
-        (uintptr_t)p > UINTPTR_MAX - (uintptr_t)e)
-        return 0;
-    r->lo = (uintptr_t)p, r->hi = (uintptr_t)p + (uintptr_t)e;
-    return 1;
-}
-
-/* 1 when two index tuples may reach one element (check.c's conservative rule). */
-static int aliases(int rank, const int64_t *n, const int64_t *st)
-{
-    int64_t sn[4], ss[4];
-    int m = 0;
-    for (int i = 0; i < rank; i++)
-        if (n[i] > 1) {
-            int j = m++;
-            for (; j > 0 && ss[j - 1] > st[i]; j--)
-                ss[j] = ss[j - 1], sn[j] = sn[j - 1];
-            ss[j] = st[i], sn[j] = n[i];
-        }
-    int64_t inner = 1;
-    for (int i = 0; i < m; i++) {
-        if (ss[i] < inner)
-            return 1;
-        inner += (sn[i] - 1) * ss[i];
-    }
-    return 0;
-}
-
-static int spans_overlap(span a, span b) { return a.hi && b.hi && a.lo < b.hi && b.lo < a.hi; }
+/* Both present and sharing a byte. */
+static int present_overlap(range a, range b) { return a.hi && b.hi && ranges_overlap(a, b); }
 
 /* The pool (s, then z) against every array of the call. */
 static linattn_status check_state_memory(const la_serve *sv)
 {
     const la_call *c = &sv->c;
     const int64_t zd = c->dk * (1 + c->z_compensated);
-    const int64_t ns[4] = {sv->slots, c->H, c->dk, c->dv},
-                  ss[4] = {sv->s_slot, sv->s_head, sv->s_row, sv->s_col};
-    const int64_t nz[3] = {sv->slots, c->H, zd}, sz[3] = {sv->z_slot, sv->z_head, 1};
-    span s = {0, 0}, z = {0, 0};
-    if (!span_of(sv->s, 4, ns, ss, &s))
+    const layout ls = {4, {sv->slots, c->H, c->dk, c->dv},
+                       {sv->s_slot, sv->s_head, sv->s_row, sv->s_col}};
+    const layout lz = {3, {sv->slots, c->H, zd}, {sv->z_slot, sv->z_head, 1}};
+    range s = {0, 0}, z = {0, 0};
+    if (!range_of(sv->s, &ls, sizeof(float), &s))
         return la_fail(LINATTN_E_SHAPE,
                        "s: the pool's %lld slots and strides address more bytes than fit in memory",
                        (long long)sv->slots);
-    if (aliases(4, ns, ss))
+    if (self_overlaps(&ls))
         return la_fail(LINATTN_E_OVERLAP,
                        "s: the pool's strides (slot %lld, head %lld, row %lld, col %lld) let two "
                        "(slot, head, row, column) reach the same element",
                        (long long)sv->s_slot, (long long)sv->s_head, (long long)sv->s_row,
                        (long long)sv->s_col);
     if (sv->z) {
-        if (!span_of(sv->z, 3, nz, sz, &z))
+        if (!range_of(sv->z, &lz, sizeof(float), &z))
             return la_fail(LINATTN_E_SHAPE, "z: the pool's slots and z strides address more "
                                             "bytes than fit in memory");
-        if (aliases(3, nz, sz))
+        if (self_overlaps(&lz))
             return la_fail(LINATTN_E_OVERLAP,
                            "z: the pool's z strides (slot %lld, head %lld) let two (slot, head) "
                            "reach the same element (a head holds %lld floats)",
                            (long long)sv->z_slot, (long long)sv->z_head, (long long)zd);
-        if (spans_overlap(s, z))
+        if (present_overlap(s, z))
             return la_fail(LINATTN_E_OVERLAP, "s overlaps z in the pool");
     }
     const int64_t T = c->T;
     const struct {
         const char *name;
         const void *p;
-        int rank;
-        int64_t n[4], st[4];
+        layout l;
     } arrays[] = {
-        {"q", c->q, 4, {c->B, c->qk_heads, T, c->dk}, {c->sq.batch, c->sq.head, c->sq.token, 1}},
-        {"k", c->k, 4, {c->B, c->qk_heads, T, c->dk}, {c->sk.batch, c->sk.head, c->sk.token, 1}},
-        {"v", c->v, 4, {c->B, c->H, T, c->dv}, {c->sv.batch, c->sv.head, c->sv.token, 1}},
-        {"o", c->o, 4, {c->B, c->H, T, c->dv}, {c->so.batch, c->so.head, c->so.token, 1}},
-        {"g", c->g, 4, {c->B, c->H, T, c->gate == LA_GATE_CHANNEL ? c->dk : 1},
-         {c->sg.batch, c->sg.head, c->sg.token, 1}},
-        {"beta", c->beta, 3, {c->B, c->H, T}, {c->sbeta.batch, c->sbeta.head, c->sbeta.token}},
+        {"q", c->q, {4, {c->B, c->qk_heads, T, c->dk}, {c->sq.batch, c->sq.head, c->sq.token, 1}}},
+        {"k", c->k, {4, {c->B, c->qk_heads, T, c->dk}, {c->sk.batch, c->sk.head, c->sk.token, 1}}},
+        {"v", c->v, {4, {c->B, c->H, T, c->dv}, {c->sv.batch, c->sv.head, c->sv.token, 1}}},
+        {"o", c->o, {4, {c->B, c->H, T, c->dv}, {c->so.batch, c->so.head, c->so.token, 1}}},
+        {"g", c->g, {4, {c->B, c->H, T, c->gate == LA_GATE_CHANNEL ? c->dk : 1},
+                     {c->sg.batch, c->sg.head, c->sg.token, 1}}},
+        {"beta", c->beta, {3, {c->B, c->H, T}, {c->sbeta.batch, c->sbeta.head, c->sbeta.token}}},
     };
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
-        span a = {0, 0};
-        if (arrays[i].p == NULL || !span_of(arrays[i].p, arrays[i].rank, arrays[i].n,
-                                            arrays[i].st, &a))
+        range a = {0, 0};
+        if (arrays[i].p == NULL || !range_of(arrays[i].p, &arrays[i].l, sizeof(float), &a))
             continue; /* absent, or already rejected by la_check */
-        if (spans_overlap(s, a) || spans_overlap(z, a))
+        if (present_overlap(s, a) || present_overlap(z, a))
             return la_fail(LINATTN_E_OVERLAP,
                            "%s overlaps the state pool (%s): the pool is written, so it must not "
                            "share memory with inputs or o",
-                           arrays[i].name, spans_overlap(s, a) ? "s" : "z");
+                           arrays[i].name, present_overlap(s, a) ? "s" : "z");
     }
     return LINATTN_OK;
 }

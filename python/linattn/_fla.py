@@ -63,6 +63,15 @@ def _ints(x, name, dtype):
     return a
 
 
+def _bthd_shape(q, v, scale):
+    """B, T, K, H (value heads), V of fla's [B, T, H, D] q and v, and the
+    scale (fla's default K ** -0.5 for None)."""
+    if q.ndim != 4 or v.ndim != 4:
+        raise ValueError(f'q, k, v: expected [B, T, H, D] arrays, got q {q.shape}, v {v.shape}')
+    B, T, _, K = q.shape
+    return B, T, K, v.shape[2], v.shape[3], K ** -0.5 if scale is None else scale
+
+
 def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_state,
               cu_seqlens, normalize, state_v_first, qk_l2norm, chunk, algo,
               ssm_state_indices, num_accepted_tokens, inplace_final_state):
@@ -70,12 +79,7 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
     copy in place), slots from vLLM's index forms, cu_seqlens in C."""
     qn, torch_out = as_numpy(q, 'q')
     vn = as_numpy(v, 'v')[0]
-    if qn.ndim != 4 or vn.ndim != 4:
-        raise ValueError(f'q, k, v: expected [B, T, H, D] arrays, got q {qn.shape}, v {vn.shape}')
-    B, T, _, K = qn.shape
-    H, V = vn.shape[2], vn.shape[3]
-    if scale is None:
-        scale = K ** -0.5
+    B, T, K, H, V, scale = _bthd_shape(qn, vn, scale)
     cu = None
     if cu_seqlens is not None:
         if B != 1:
@@ -177,12 +181,7 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
         g = as_numpy(g, 'g')[0]
     if beta is not None:
         beta = as_numpy(beta, 'beta')[0]
-    if q.ndim != 4 or v.ndim != 4:
-        raise ValueError(f'q, k, v: expected [B, T, H, D] arrays, got q {q.shape}, v {v.shape}')
-    B, T, _, K = q.shape
-    H, V = v.shape[2], v.shape[3]
-    if scale is None:
-        scale = K ** -0.5
+    B, T, K, H, V, scale = _bthd_shape(q, v, scale)
     segs = _segments(cu_seqlens, B, T)
     N = B if segs is None else len(segs)
 

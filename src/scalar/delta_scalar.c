@@ -50,6 +50,15 @@ static size_t recurrent_bytes_scalar(int64_t T, int64_t dk, int64_t nj)
                                       la_size_mul(2, la_size_of_dim(nj))));
 }
 
+/* a[i]: the decay of key row i at token t. */
+static void row_decays(const la_delta_head *h, int64_t t, float *a)
+{
+    for (int64_t i = 0; i < h->dk; i++)
+        a[i] = h->gate == LA_GATE_NONE    ? 1.0f
+               : h->gate == LA_GATE_TOKEN ? decay_of(h->g[t * h->g_ts])
+                                          : decay_of(h->g[t * h->g_ts + i]);
+}
+
 /* Per token: pass 1 decays the tile's rows and accumulates S^T kh, then
  * u = beta (v - S^T kh); pass 2 adds kh u^T and accumulates S^T qh. */
 static void recurrent_scalar(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
@@ -59,10 +68,7 @@ static void recurrent_scalar(const la_delta_head *h, int64_t j0, int64_t nj, voi
     for (int64_t t = 0; t < h->T; t++) {
         features(h, h->q + t * h->q_ts, h->scale, qh);
         features(h, h->k + t * h->k_ts, 1.0f, kh);
-        for (int64_t i = 0; i < dk; i++)
-            a[i] = h->gate == LA_GATE_NONE      ? 1.0f
-                   : h->gate == LA_GATE_TOKEN   ? decay_of(h->g[t * h->g_ts])
-                                                : decay_of(h->g[t * h->g_ts + i]);
+        row_decays(h, t, a);
         const float beta = h->beta[t * h->beta_ts];
         const float *v = h->v + t * h->v_ts + j0;
         float *o = h->o + t * h->o_ts + j0;
@@ -98,10 +104,7 @@ static void recurrent_vfirst_scalar(const la_delta_head *h, int64_t j0, int64_t 
     for (int64_t t = 0; t < h->T; t++) {
         features(h, h->q + t * h->q_ts, h->scale, qh);
         features(h, h->k + t * h->k_ts, 1.0f, kh);
-        for (int64_t i = 0; i < dk; i++)
-            a[i] = h->gate == LA_GATE_NONE      ? 1.0f
-                   : h->gate == LA_GATE_TOKEN   ? decay_of(h->g[t * h->g_ts])
-                                                : decay_of(h->g[t * h->g_ts + i]);
+        row_decays(h, t, a);
         const float beta = h->beta[t * h->beta_ts];
         for (int64_t j = j0; j < j0 + nj; j++) {
             float *row = h->s + j * h->s_vld, acc = 0.0f, out = 0.0f;

@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define LINATTN_VERSION_MAJOR 0
-#define LINATTN_VERSION_MINOR 3
+#define LINATTN_VERSION_MINOR 4
 #define LINATTN_VERSION_PATCH 0
 
 typedef enum {
@@ -88,6 +88,41 @@ typedef enum {
     LINATTN_HEADS_TILED        /* value head h reads q/k head h % qk_heads */
 } linattn_head_map;
 
+/* Element types. bfloat16 and float16 are IEEE-style 16-bit values in
+ * uint16_t storage; arithmetic inside a call is float32, and a 16-bit
+ * output or state is rounded to nearest, ties to even, once when written. */
+typedef enum {
+    LINATTN_F32 = 0,
+    LINATTN_BF16,
+    LINATTN_F16
+} linattn_dtype;
+
+/* The type of each tensor (linattn_run). q, k, v, beta and o take any of
+ * the three; the state s takes F32 or BF16 (its normaliser z, and g,
+ * A_log and dt_bias are always float32). */
+typedef struct {
+    linattn_dtype q, k, v, beta, o, s;
+} linattn_dtypes;
+
+/* Gates computed in the kernel's input stage from raw projections a (g's
+ * array and strides hold a instead of the log-decay; A_log [H], dt_bias
+ * [H], or [H][dk] with LINATTN_GATE_CHANNEL; dt_bias NULL reads as 0):
+ *   SOFTPLUS:        g = -exp(A_log[h]) * softplus(a + dt_bias)   (Gated DeltaNet, KDA)
+ *   BOUNDED_SIGMOID: g = lower_bound * sigmoid(exp(A_log[h]) * (a + dt_bias))  (KDA) */
+typedef enum {
+    LINATTN_GATE_ACT_NONE = 0,
+    LINATTN_GATE_ACT_SOFTPLUS,
+    LINATTN_GATE_ACT_BOUNDED_SIGMOID
+} linattn_gate_act;
+
+/* beta computed from logits b in the input stage: sigmoid(b), or
+ * 2 sigmoid(b) (negative eigenvalues allowed, fla's allow_neg_eigval). */
+typedef enum {
+    LINATTN_BETA_ACT_NONE = 0,
+    LINATTN_BETA_ACT_SIGMOID,
+    LINATTN_BETA_ACT_SIGMOID2
+} linattn_beta_act;
+
 /* Strides in elements. The feature dimension is always contiguous. */
 typedef struct {
     int64_t batch, head, token;
@@ -116,6 +151,12 @@ typedef struct {
      * float sum has not absorbed (zero it with z), carried across calls so
      * that a long run of linattn_step calls keeps z accurate. */
     int z_compensated;
+    /* Appended in 0.4.0, read by linattn_run only (the four calls above
+     * take float32 and refuse other values here). */
+    linattn_dtypes dtype;       /* every tensor LINATTN_F32 */
+    linattn_gate_act gate_act;  /* NONE: g holds log-decays */
+    float gate_lower_bound;     /* BOUNDED_SIGMOID's bound, finite and < 0 */
+    linattn_beta_act beta_act;  /* NONE: beta holds the values in [0, 2] */
 } linattn_config;
 
 /* Defaults as commented above; all strides contiguous. */
@@ -174,8 +215,8 @@ typedef enum {
     LINATTN_OP_DELTA_STEP
 } linattn_op;
 
-/* Where the recurrent states live. Strides in floats (z elements
- * contiguous). */
+/* Where the recurrent states live. Strides in elements of the state's
+ * type (z: floats, its elements contiguous). */
 typedef struct {
     int64_t slots;                  /* slots in the pool; every index is checked against it */
     int64_t slot, head, row, col;   /* s strides: slot, value head, key row i, value column j */
@@ -193,9 +234,13 @@ typedef struct {
 
 typedef struct {
     size_t struct_size; /* sizeof(linattn_operands); set by linattn_operands_init */
-    const float *q, *k, *v, *g, *beta; /* as in the calls above */
-    float *o;
-    float *s; /* the state: contiguous [B][H][dk][dv] without a pool, else the pool */
+    /* As in the calls above, each of the type cfg->dtype names (0.4.0:
+     * typeless pointers; a float * still converts without a cast). */
+    const void *q, *k, *v;
+    const float *g;
+    const void *beta;
+    void *o;
+    void *s; /* the state: contiguous [B][H][dk][dv] without a pool, else the pool */
     float *z;
     /* NULL (pool.slots = 0): s is [B][H][dk][dv] contiguous as in the
      * calls above. Else the pool form below. */
@@ -204,6 +249,9 @@ typedef struct {
      * token axis (batch must be 1, cu_seqlens[num_seqs] = seq_len). */
     const int64_t *cu_seqlens;
     int64_t num_seqs;
+    /* Appended in 0.4.0: the gate activation's parameters (see
+     * linattn_gate_act), float32, contiguous. */
+    const float *A_log, *dt_bias;
 } linattn_operands;
 
 LINATTN_API void linattn_operands_init(linattn_operands *ops);

@@ -52,32 +52,10 @@
 #include <stdint.h>
 
 #include "gate.h"
+#include "head.h"
 #include "linattn.h"
 #include "sizes.h"
 
-/* One (batch, head) problem. Pointers are already offset to (b, h); token t
- * of q is q + t * q_ts (feature dim contiguous), likewise k, v, o, for
- * t < T: the driver may give an op a view of some of a head's tokens, so
- * no op reads (or prefetches) a row at T or beyond. For
- * LA_GATE_TOKEN the gate of token t is g[t * g_ts] (g_ts may be 0); for
- * LA_GATE_CHANNEL it is the dk floats at g + t * g_ts. */
-typedef struct la_head {
-    int64_t T, dk, dv;
-    const float *q, *k, *v, *g;
-    float *o;
-    int64_t q_ts, k_ts, v_ts, g_ts, o_ts;
-    float *s;    /* [dk][dv], in/out, never NULL (zeroed by the driver if the user gave none) */
-    float *z;    /* [dk], in/out; NULL exactly when not normalising */
-    /* token only: the running compensation of z (Kahan), dk floats: kept
-     * across the tokens of one call, or the caller's with z_compensated;
-     * NULL otherwise (z then rounds once per token). */
-    float *zc;
-    float scale; /* finite */
-    float eps;   /* finite, >= 0 */
-    linattn_phi phi;
-    la_gate gate;
-    int64_t chunk; /* >= 1: the chunk size the driver uses */
-} la_head;
 
 typedef struct la_additive_ops {
     /* (The default chunk and AUTO's choice are the table's tuning data,

@@ -33,24 +33,15 @@ static int64_t chunk_rows(int64_t T, int64_t t0, int64_t chunk)
     return T - t0 < chunk ? T - t0 : chunk;
 }
 
-/* The head problem of value head i = b * H + h. */
+/* The head problem of value head i = b * H + h, without its operands: the
+ * input stage (stage.h) fills those in per block from the head's source. */
 static la_head head_at(const la_call *c, int64_t i)
 {
-    const la_head_operands p = la_head_operands_at(c, i);
+    (void)i;
     return (la_head){
         .T = c->T,
         .dk = c->dk,
         .dv = c->dv,
-        .q = p.q,
-        .k = p.k,
-        .v = p.v,
-        .g = p.g,
-        .o = p.o,
-        .q_ts = c->sq.token,
-        .k_ts = c->sk.token,
-        .v_ts = c->sv.token,
-        .g_ts = c->sg.token, /* 0 without a gate */
-        .o_ts = c->so.token,
         .scale = c->scale,
         .eps = c->eps,
         .phi = c->phi,
@@ -60,12 +51,12 @@ static la_head head_at(const la_call *c, int64_t i)
 
 /* Workspace of one head, carved from one per-thread block:
  *   zero state (no user state) | z compensation (token loop) |
- *   unit-norm q, k rows (qk_l2norm) | u, uz + pack (chunked)
- * With qk_l2norm the rows are normalised just before an op reads them: a
- * token at a time in the token loop, a chunk at a time in the chunked form;
- * only the non-causal op, which takes the whole head, needs all T rows. */
+ *   stage panels | u, uz + pack (chunked)
+ * The stage makes its panels just before the ops read them: a token at a
+ * time in the token loop, a chunk at a time in the chunked form; only the
+ * non-causal op, which takes the whole head, needs all T rows. */
 typedef struct {
-    size_t zero, zc, norm, chunk_state, pack, total;
+    size_t zero, zc, stage, chunk_state, pack, total;
 } head_ws;
 
 static size_t zero_state_bytes(const la_call *c)
@@ -73,10 +64,11 @@ static size_t zero_state_bytes(const la_call *c)
     return c->s ? 0 : la_size_floats(c->head_state_elems);
 }
 
-/* Unit-norm q and k rows of n tokens: 2 n dk floats (none without qk_l2norm). */
-static size_t norm_bytes(const la_call *c, int64_t n)
+/* The stage's panels for blocks of n tokens. */
+static size_t stage_bytes(const la_call *c, int64_t n)
 {
-    return c->qk_l2norm ? la_size_floats(la_size_mul(2 * (size_t)c->dk, la_size_of_dim(n))) : 0;
+    const la_source src = la_source_at(c, 0);
+    return la_size_up64(la_stage_bytes(&src, n));
 }
 
 static head_ws ws_plan(const la_call *c, int chunked, int64_t chunk, size_t pack_bytes)
@@ -88,63 +80,12 @@ static head_ws ws_plan(const la_call *c, int chunked, int64_t chunk, size_t pack
     /* the token loop compensates z within the call even when the caller
      * keeps no compensation */
     w.zc = !chunked && c->normalize && !c->z_compensated && c->T > 1 ? la_size_floats(dk) : 0;
-    w.norm = norm_bytes(c, !c->causal ? c->T : chunked ? chunk : 1);
+    w.stage = stage_bytes(c, !c->causal ? c->T : chunked ? chunk : 1);
     w.chunk_state = chunked ? state : 0;
     w.pack = chunked ? la_size_up64(pack_bytes) : 0;
-    w.total = la_size_add(la_size_add(la_size_add(w.zero, w.zc), la_size_add(w.norm, w.chunk_state)),
+    w.total = la_size_add(la_size_add(la_size_add(w.zero, w.zc), la_size_add(w.stage, w.chunk_state)),
                           w.pack);
     return w;
-}
-
-/* phi, then unit L2 norm, of the dk floats at x into out; the kernels then
- * apply the identity feature map and the scale. */
-static void l2norm_row(const float *x, int64_t dk, linattn_phi phi, float *out)
-{
-    double ss = 0.0;
-    for (int64_t i = 0; i < dk; i++) {
-        const float y = phi == LINATTN_PHI_ELU1   ? (x[i] > 0.0f ? x[i] + 1.0f : expf(x[i]))
-                        : phi == LINATTN_PHI_RELU ? (x[i] > 0.0f || isnan(x[i]) ? x[i] : 0.0f)
-                                                  : x[i];
-        out[i] = y;
-        ss += (double)y * y;
-    }
-    const float inv = (float)(1.0 / sqrt(ss + 1e-6));
-    for (int64_t i = 0; i < dk; i++)
-        out[i] *= inv;
-}
-
-/* Tokens t0..t0+n-1 of h as a head of n tokens whose q and k rows are
- * l2norm_row of h's, in buf (2 n dk floats, q rows then k rows). Every
- * operand is advanced to token t0 (g only where there is one: no offset on
- * a null pointer), so no pointer leaves its array. The view hides the later
- * tokens from the ops' own prefetches: the inputs of token t + ahead go
- * into L2 as token t is normalised (ahead 0: none). */
-static la_head head_normalised(const la_head *h, int64_t t0, int64_t n, int64_t ahead, float *buf)
-{
-    la_head x = *h;
-    x.T = n;
-    x.q = buf, x.k = buf + n * h->dk, x.q_ts = x.k_ts = h->dk;
-    x.phi = LINATTN_PHI_IDENTITY;
-    x.v = h->v + t0 * h->v_ts, x.o = h->o + t0 * h->o_ts;
-    x.g = h->g ? h->g + t0 * h->g_ts : NULL;
-    for (int64_t t = t0; t < t0 + n; t++) {
-        if (ahead > 0 && t + ahead < h->T) {
-            const int64_t a = t + ahead;
-            for (int64_t c = 0; c < h->dk; c += 16) {
-                __builtin_prefetch(h->q + a * h->q_ts + c, 0, 2);
-                __builtin_prefetch(h->k + a * h->k_ts + c, 0, 2);
-                if (h->gate == LA_GATE_CHANNEL)
-                    __builtin_prefetch(h->g + a * h->g_ts + c, 0, 2);
-            }
-            /* not o: with a head's columns split over threads, whole o
-             * rows fetched for writing would take the others' lines */
-            for (int64_t c = 0; c < h->dv; c += 16)
-                __builtin_prefetch(h->v + a * h->v_ts + c, 0, 2);
-        }
-        l2norm_row(h->q + t * h->q_ts, h->dk, h->phi, buf + (t - t0) * h->dk);
-        l2norm_row(h->k + t * h->k_ts, h->dk, h->phi, buf + (n + t - t0) * h->dk);
-    }
-    return x;
 }
 
 /* The caller's normaliser of head i ([dk], or [2][dk] with z_compensated). */
@@ -153,12 +94,30 @@ static float *caller_z(const la_call *c, int64_t i)
     return c->z ? c->z + i * c->dk * (1 + c->z_compensated) : NULL;
 }
 
+/* The view of tokens [t0, t0 + n) of head h (source src) that the ops take
+ * at token *at: a block of n tokens from the stage (*at = 0), or, when the
+ * stage has nothing to do, the whole head (*at = t0), whose later rows the
+ * ops may prefetch. */
+static la_head view_of(const la_stage_ops *stage, const la_head *h, const la_source *src,
+                       int64_t t0, int64_t n, void *buf, int64_t *at)
+{
+    la_head x = *h;
+    if (la_stage_passthrough(src)) {
+        la_stage_in(stage, src, 0, src->T, buf, &x);
+        *at = t0;
+    } else {
+        la_stage_in(stage, src, t0, n, buf, &x);
+        *at = 0;
+    }
+    return x;
+}
+
 /* Binds head i's state (the user's, or a zeroed one) and its z compensation. */
 static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, const head_ws *w)
 {
     const size_t elems = c->head_state_elems;
     if (c->s) {
-        h->s = c->s + (size_t)i * (size_t)(c->dk * c->dv);
+        h->s = (float *)c->s + (size_t)i * (size_t)(c->dk * c->dv);
         h->z = caller_z(c, i);
     } else {
         memset(ws, 0, elems * sizeof(float));
@@ -167,7 +126,6 @@ static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, con
     }
     if (c->z_compensated)
         h->zc = h->z + c->dk; /* the caller's compensation, carried across calls */
-    /* (a step without qk_l2norm has no workspace at all: ws is NULL) */
     if (w->zc) {
         memset(ws + w->zero, 0, (size_t)c->dk * sizeof(float));
         h->zc = h->z ? (float *)(ws + w->zero) : NULL;
@@ -187,54 +145,38 @@ static void fold_compensation(la_head *h)
     h->zc = NULL;
 }
 
-/* The token loop of steps and short AUTO calls. With qk_l2norm each token's
- * q and k rows are normalised into norm (2 dk floats) first. */
-static void run_tokens(const la_additive_ops *ops, const la_head *h, float *norm)
+/* The token loop of steps and short AUTO calls, each token through the
+ * stage (buf: its panels for one token). */
+static void run_tokens(const la_kernels *kern, const la_head *h, const la_source *src, void *buf)
 {
-    la_head unit = *h; /* token reads only the rows it is given */
-    if (norm)
-        unit.phi = LINATTN_PHI_IDENTITY;
+    int64_t a;
     for (int64_t t = 0; t < h->T; t++) {
-        const float *q = h->q + t * h->q_ts, *k = h->k + t * h->k_ts;
-        if (norm) {
-            l2norm_row(q, h->dk, h->phi, norm);
-            l2norm_row(k, h->dk, h->phi, norm + h->dk);
-            q = norm, k = norm + h->dk;
-        }
-        ops->token(&unit, q, k, h->v + t * h->v_ts,
-                   h->gate == LA_GATE_NONE ? NULL : h->g + t * h->g_ts, h->o + t * h->o_ts);
+        const la_head x = view_of(kern->stage, h, src, t, 1, buf, &a);
+        kern->additive->token(&x, x.q + a * x.q_ts, x.k + a * x.k_ts, x.v + a * x.v_ts,
+                              x.gate == LA_GATE_NONE ? NULL : x.g + a * x.g_ts, x.o + a * x.o_ts);
+        la_stage_out(kern->stage, src, t, 1, &x, 0, h->dv);
     }
 }
 
-/* chunk_pack of tokens t0..t0+n-1, with qk_l2norm from their unit-norm rows
- * made into norm (2 n dk floats) just before. Of the chunk ops only
- * chunk_pack reads q and k (the others read its pack), so only it needs
- * the view. */
-static void pack_chunk(const la_additive_ops *ops, const la_head *h, int64_t t0, int64_t n,
-                       void *pack, float *norm)
+static void run_chunks(const la_kernels *kern, const la_head *h, const la_source *src, float *u,
+                       void *pack, void *buf)
 {
-    if (norm) {
-        const la_head x = head_normalised(h, t0, n, h->chunk, norm);
-        ops->chunk_pack(&x, 0, n, pack);
-    } else {
-        ops->chunk_pack(h, t0, n, pack);
-    }
-}
-
-static void run_chunks(const la_additive_ops *ops, const la_head *h, float *u, void *pack,
-                       float *norm)
-{
+    const la_additive_ops *ops = kern->additive;
     float *uz = u + h->dk * h->dv;
     for (int64_t t0 = 0; t0 < h->T; t0 += h->chunk) {
         const int64_t n = chunk_rows(h->T, t0, h->chunk);
-        pack_chunk(ops, h, t0, n, pack, norm);
-        ops->chunk_output(h, pack, t0, n, h->s, h->z);
-        ops->chunk_state(h, pack, t0, n, u, uz);
-        ops->state_combine(h, pack, n, h->s, h->z, u, uz);
+        int64_t a;
+        const la_head x = view_of(kern->stage, h, src, t0, n, buf, &a);
+        ops->chunk_pack(&x, a, n, pack);
+        ops->chunk_output(&x, pack, a, n, h->s, h->z);
+        ops->chunk_state(&x, pack, a, n, u, uz);
+        ops->state_combine(&x, pack, n, h->s, h->z, u, uz);
+        la_stage_out(kern->stage, src, t0, n, &x, 0, h->dv);
     }
 }
 
 typedef struct {
+    const la_kernels *kern;
     const la_additive_ops *ops;
     const la_call *c;
     int chunked;
@@ -243,29 +185,32 @@ typedef struct {
     unsigned char *ws; /* w.total bytes per thread */
 } head_job;
 
-/* The token loop's workspace (z compensation, one token's unit-norm q and
- * k) is on the stack when it fits: steps and short AUTO calls do not
- * allocate. */
+/* The token loop's workspace (z compensation, one token's panels) is on
+ * the stack when it fits: steps and short AUTO calls do not allocate. */
 enum { STEP_STACK_BYTES = 8192 };
 
 static void run_head(const head_job *j, int64_t i, int tid)
 {
     _Alignas(64) unsigned char stack[STEP_STACK_BYTES];
-    unsigned char *mine = j->ws ? j->ws + j->w.total * (size_t)tid : j->w.total ? stack : NULL;
-    float *norm = j->w.norm ? (float *)(mine + j->w.zero + j->w.zc) : NULL;
+    unsigned char *mine = j->ws ? j->ws + j->w.total * (size_t)tid : stack;
+    void *buf = mine + j->w.zero + j->w.zc;
+    const la_source src = la_source_at(j->c, i);
     la_head h = head_at(j->c, i);
     h.chunk = j->chunk;
     bind(&h, j->c, i, mine, &j->w);
+    la_stage_reset(buf);
     if (!j->c->causal || j->chunked)
         fold_compensation(&h);
     if (!j->c->causal) {
-        const la_head x = norm ? head_normalised(&h, 0, h.T, 0, norm) : h;
+        int64_t a;
+        const la_head x = view_of(j->kern->stage, &h, &src, 0, h.T, buf, &a);
         j->ops->forward_noncausal(&x);
+        la_stage_out(j->kern->stage, &src, 0, h.T, &x, 0, h.dv);
     } else if (j->chunked) {
-        run_chunks(j->ops, &h, (float *)(mine + j->w.zero + j->w.zc + j->w.norm),
-                   mine + j->w.zero + j->w.zc + j->w.norm + j->w.chunk_state, norm);
+        unsigned char *after = mine + j->w.zero + j->w.zc + j->w.stage;
+        run_chunks(j->kern, &h, &src, (float *)after, after + j->w.chunk_state, buf);
     } else {
-        run_tokens(j->ops, &h, norm);
+        run_tokens(j->kern, &h, &src, buf);
     }
 }
 
@@ -286,24 +231,29 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
     const size_t state_floats = (size_t)(c->dk * c->dv);
     const size_t state = la_size_floats(c->head_state_elems);
     const size_t pack = la_size_up64(ops->pack_bytes(chunk, c->dk, c->dv));
-    /* ws: the zero state, per thread the unit-norm rows of a chunk, then
-     * per chunk of a block a slot holding its pack, its own state u (+ uz)
-     * and the state before it (+ z) */
-    const size_t per_chunk = la_size_add(pack, la_size_mul(2, state));
-    const size_t head_bytes = la_size_add(j->w.zero, la_size_mul(j->w.norm, (size_t)nt));
+    /* ws: the zero state, then per chunk of a block a slot holding its
+     * pack, its own state u (+ uz), the state before it (+ z), its stage
+     * panels and its view (the output pass reads the panels the first
+     * pass made) */
+    const size_t view_bytes = la_size_up64(sizeof(la_head));
+    const size_t per_chunk = la_size_add(la_size_add(pack, la_size_mul(2, state)),
+                                         la_size_add(j->w.stage, view_bytes));
+    const size_t head_bytes = j->w.zero;
     const size_t bytes = la_size_add(head_bytes, la_size_mul(per_chunk, (size_t)block));
     unsigned char *ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
     if (ws == NULL)
         return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
     unsigned char *slots = ws + head_bytes;
-#define NORM(tid) (j->w.norm ? (float *)(ws + j->w.zero + j->w.norm * (size_t)(tid)) : NULL)
 #define SLOT_PACK(x) (slots + per_chunk * (size_t)(x))
 #define SLOT_U(x) ((float *)(SLOT_PACK(x) + pack))
 #define SLOT_BEFORE(x) ((float *)(SLOT_PACK(x) + pack + state))
+#define SLOT_STAGE(x) (SLOT_PACK(x) + pack + 2 * state)
+#define SLOT_VIEW(x) ((la_head *)(SLOT_STAGE(x) + j->w.stage))
 
     const head_ws hw = {.zero = j->w.zero};
     for (int64_t i = 0; i < heads; i++) {
         la_head h = head_at(c, i);
+        const la_source src = la_source_at(c, i);
         h.chunk = chunk;
         bind(&h, c, i, ws, &hw);
         fold_compensation(&h);
@@ -317,8 +267,12 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
 #endif
             for (int64_t x = 0; x < m; x++) {
                 const int64_t t0 = (c0 + x) * chunk, n = chunk_rows(T, t0, chunk);
-                pack_chunk(ops, &h, t0, n, SLOT_PACK(x), NORM(la_thread_num()));
-                ops->chunk_state(&h, SLOT_PACK(x), t0, n, SLOT_U(x), SLOT_U(x) + state_floats);
+                la_stage_reset(SLOT_STAGE(x));
+                la_head *view = SLOT_VIEW(x);
+                int64_t a;
+                *view = view_of(j->kern->stage, &h, &src, t0, n, SLOT_STAGE(x), &a);
+                ops->chunk_pack(view, a, n, SLOT_PACK(x));
+                ops->chunk_state(view, SLOT_PACK(x), a, n, SLOT_U(x), SLOT_U(x) + state_floats);
             }
 #ifdef _OPENMP
 #pragma omp single
@@ -328,7 +282,7 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
                 memcpy(SLOT_BEFORE(x), h.s, state_floats * sizeof(float));
                 if (h.z)
                     memcpy(SLOT_BEFORE(x) + state_floats, h.z, (size_t)c->dk * sizeof(float));
-                ops->state_combine(&h, SLOT_PACK(x), n, h.s, h.z, SLOT_U(x),
+                ops->state_combine(SLOT_VIEW(x), SLOT_PACK(x), n, h.s, h.z, SLOT_U(x),
                                    SLOT_U(x) + state_floats);
             }
 #ifdef _OPENMP
@@ -337,12 +291,15 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
             for (int64_t x = 0; x < m; x++) {
                 const int64_t t0 = (c0 + x) * chunk, n = chunk_rows(T, t0, chunk);
                 const float *before = SLOT_BEFORE(x);
-                ops->chunk_output(&h, SLOT_PACK(x), t0, n, before,
+                const int64_t a = la_stage_passthrough(&src) ? t0 : 0; /* as view_of chose */
+                ops->chunk_output(SLOT_VIEW(x), SLOT_PACK(x), a, n, before,
                                   h.z ? before + state_floats : NULL);
+                la_stage_out(j->kern->stage, &src, t0, n, SLOT_VIEW(x), 0, c->dv);
             }
         }
     }
-#undef NORM
+#undef SLOT_STAGE
+#undef SLOT_VIEW
 #undef SLOT_PACK
 #undef SLOT_U
 #undef SLOT_BEFORE
@@ -365,8 +322,9 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
  * unit holds it, results do not depend on the split. (Sharing one head's
  * features between threads was tried: the feature rows one core wrote and
  * the other read per block cost more than making them twice.) With
- * qk_l2norm each head's block of q and k rows is normalised into one
- * buffer of the unit just before its features are made. */
+ * the input stage each head's block goes through one buffer of the unit
+ * just before its features are made (with grouped heads, the q/k panels
+ * of a block are made once for the heads of a q/k head). */
 enum {
     BLOCK = 32,                /* tokens whose features are made at once */
     SPLIT_COLUMNS = 16,        /* a unit's columns, when heads are split: a multiple of this */
@@ -395,6 +353,7 @@ static void z_store(const la_head *h, const float *zz)
 }
 
 typedef struct {
+    const la_kernels *kern;
     const la_additive_ops *ops;
     const la_call *c;
     head_ws w;             /* per head: the zero state */
@@ -404,7 +363,7 @@ typedef struct {
     size_t fbytes;         /* features of one block */
     size_t zbytes;         /* per head: zz (2 dk floats) */
     size_t per_thread;     /* group x (w, zz, la_head), features, inv (block floats),
-                            * unit-norm q, k rows of a block (qk_l2norm) */
+                            * the stage's panels of a block */
     unsigned char *ws;
     /* with several units per head: every head's starting z and compensation
      * (2 dk floats), taken before any unit stores its final one */
@@ -423,10 +382,10 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
     unsigned char *mine = j->ws + j->per_thread * (size_t)tid;
     float *f = (float *)(mine + per_head * (size_t)j->group);
     float *inv = (float *)((unsigned char *)f + j->fbytes);
-    unsigned char *norm_at = (unsigned char *)inv + la_size_floats((size_t)j->block);
-    float *norm = c->qk_l2norm ? (float *)norm_at : NULL;
+    void *buf = (unsigned char *)inv + la_size_floats((size_t)j->block);
 #define HEAD(g) ((la_head *)(mine + per_head * (size_t)(g) + j->w.total + j->zbytes))
 #define ZZ(g) ((float *)(mine + per_head * (size_t)(g) + j->w.total))
+    la_stage_reset(buf);
     for (int64_t g = 0; g < ng; g++) {
         la_head *h = HEAD(g);
         *h = head_at(c, i0 + g);
@@ -439,20 +398,16 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
     for (int64_t t0 = 0; t0 < c->T; t0 += j->block) {
         const int64_t n = chunk_rows(c->T, t0, j->block);
         for (int64_t g = 0; g < ng; g++) {
-            /* with qk_l2norm the ops get the block as a head of its own
-             * whose q and k are its unit-norm rows; head_normalised
-             * prefetches a block ahead, as features does */
-            const la_head *h = HEAD(g);
-            la_head view;
-            int64_t at = t0;
-            if (norm) {
-                view = head_normalised(h, t0, n, n, norm);
-                h = &view, at = 0;
-            }
-            ops->features(h, at, n, f);
-            if (h->z)
-                ops->normaliser(h, f, n, ZZ(g), inv);
-            ops->columns(h, f, h->z ? inv : NULL, at, n, j0, nj);
+            /* the ops get the block from the stage, or the whole head
+             * when it has nothing to do (features then prefetches ahead) */
+            const la_source src = la_source_at(c, i0 + g);
+            int64_t at;
+            const la_head h = view_of(j->kern->stage, HEAD(g), &src, t0, n, buf, &at);
+            ops->features(&h, at, n, f);
+            if (h.z)
+                ops->normaliser(&h, f, n, ZZ(g), inv);
+            ops->columns(&h, f, h.z ? inv : NULL, at, n, j0, nj);
+            la_stage_out(j->kern->stage, &src, t0, n, &h, j0, nj);
         }
     }
     for (int64_t g = 0; g < ng && j0 == 0; g++)
@@ -477,10 +432,11 @@ static int64_t unit_width(const la_call *c, int wanted)
 
 /* Unit shape and per-thread workspace of the tiled recurrent forward for
  * `wanted` threads (everything but ws and z_start). */
-static void rec_setup(rec_job *j, const la_additive_ops *ops, const la_call *c, int wanted)
+static void rec_setup(rec_job *j, const la_kernels *kern, const la_call *c, int wanted)
 {
     const int64_t heads = c->B * c->H;
-    *j = (rec_job){.ops = ops, .c = c, .width = unit_width(c, wanted), .group = 1};
+    const la_additive_ops *ops = kern->additive;
+    *j = (rec_job){.kern = kern, .ops = ops, .c = c, .width = unit_width(c, wanted), .group = 1};
     j->w.zero = j->w.total = zero_state_bytes(c); /* the kernels compensate z themselves */
     j->pieces = (c->dv + j->width - 1) / j->width;
     /* groups of whole heads, as many per thread as fit GROUP_STATE_BYTES */
@@ -496,14 +452,14 @@ static void rec_setup(rec_job *j, const la_additive_ops *ops, const la_call *c, 
                                         la_size_up64(sizeof(la_head)));
     const size_t inv_bytes = la_size_floats((size_t)j->block);
     j->per_thread = la_size_add(la_size_add(la_size_mul(per_head, (size_t)j->group), j->fbytes),
-                                la_size_add(inv_bytes, norm_bytes(c, j->block)));
+                                la_size_add(inv_bytes, stage_bytes(c, j->block)));
 }
 
-static linattn_status run_recurrent(const la_additive_ops *ops, const la_call *c, int wanted)
+static linattn_status run_recurrent(const la_kernels *kern, const la_call *c, int wanted)
 {
     const int64_t heads = c->B * c->H;
     rec_job j;
-    rec_setup(&j, ops, c, wanted);
+    rec_setup(&j, kern, c, wanted);
     const int64_t units = (heads + j.group - 1) / j.group * j.pieces;
     const int nt = la_team_size(wanted, units);
     const int shared_z = j.pieces > 1 && c->normalize && c->s;
@@ -547,7 +503,7 @@ static int head_recurrent(const la_kernels *kern, const la_call *c)
 static head_job head_job_for(const la_kernels *kern, const la_call *c)
 {
     const la_additive_ops *ops = kern->additive;
-    head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
+    head_job j = {.kern = kern, .ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
     j.chunked = c->causal && !c->step &&
                 (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);
     const size_t pack = j.chunked ? ops->pack_bytes(j.chunk, c->dk, c->dv) : 0;
@@ -561,7 +517,7 @@ size_t la_additive_head_bytes(const la_kernels *kern, const la_call *c)
         return 0;
     if (head_recurrent(kern, c)) {
         rec_job j;
-        rec_setup(&j, kern->additive, c, 1);
+        rec_setup(&j, kern, c, 1);
         return j.per_thread;
     }
     return head_job_for(kern, c).w.total;
@@ -573,7 +529,7 @@ void la_additive_head_run(const la_kernels *kern, const la_call *c, void *ws)
         return;
     if (head_recurrent(kern, c)) {
         rec_job j;
-        rec_setup(&j, kern->additive, c, 1);
+        rec_setup(&j, kern, c, 1);
         j.ws = ws;
         rec_unit(&j, 0, 0);
         return;
@@ -591,8 +547,8 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
     const int forward = c->causal && !c->step;
     if (forward && (c->algo == LINATTN_ALGO_RECURRENT ||
                     (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(kern->additive_tuning, c))))
-        return run_recurrent(ops, c, wanted);
-    head_job j = {.ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
+        return run_recurrent(kern, c, wanted);
+    head_job j = {.kern = kern, .ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
     /* AUTO runs a handful of tokens through the step's token loop (no
      * workspace, and bitwise a sequence of steps) */
     j.chunked = forward && (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);

@@ -105,21 +105,41 @@ static const la_kernels *active_or_fail(void)
     return kern;
 }
 
-static linattn_status run(la_family family, int step, const linattn_config *cfg,
-                          const float *q, const float *k, const float *v, const float *g,
-                          const float *beta, float *o, float *s, float *z)
+static linattn_status run_ops(la_family family, int step, const linattn_config *cfg,
+                              const linattn_operands *ops)
 {
     const la_kernels *kern = active_or_fail();
     if (kern == NULL)
         return LINATTN_E_ISA;
     la_call c;
-    linattn_status st = la_check(&c, family, step, cfg, q, k, v, g, beta, o, s, z);
+    linattn_status st = la_check(&c, family, step, cfg, ops);
     if (st != LINATTN_OK)
         return st;
     st = family == LA_FAMILY_DELTA ? la_delta_run(kern, &c) : la_additive_run(kern, &c);
     if (st == LINATTN_OK)
         la_succeed();
     return st;
+}
+
+/* The four float32 calls: a config of an older version has no dtype or
+ * activation fields; one of this version must leave them at their
+ * defaults (the pointers are float *). */
+static linattn_status run(la_family family, int step, const linattn_config *cfg,
+                          const float *q, const float *k, const float *v, const float *g,
+                          const float *beta, float *o, float *s, float *z)
+{
+    if (cfg && cfg->struct_size == sizeof *cfg) {
+        const linattn_dtypes d = cfg->dtype;
+        if (d.q || d.k || d.v || d.beta || d.o || d.s || cfg->gate_act || cfg->beta_act)
+            return la_fail(LINATTN_E_ARG,
+                           "cfg->dtype, gate_act or beta_act is set: the float32 calls take "
+                           "float32 operands only; other types and activations go through "
+                           "linattn_run");
+    }
+    linattn_operands ops;
+    linattn_operands_init(&ops);
+    ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = beta, ops.o = o, ops.s = s, ops.z = z;
+    return run_ops(family, step, cfg, &ops);
 }
 
 linattn_status linattn_forward(const linattn_config *cfg, const float *q, const float *k,
@@ -162,13 +182,17 @@ void linattn_operands_init(linattn_operands *ops)
  * above; a pool or cu_seqlens goes through the plan machinery (plan.c). */
 linattn_status linattn_run(linattn_op op, const linattn_config *cfg, const linattn_operands *ops)
 {
-    linattn_status st = la_check_run_fields(op, cfg, ops);
+    la_run_arg_copy copy;
+    linattn_status st = la_run_args(cfg, ops, &copy, &cfg, &ops);
+    if (st == LINATTN_OK)
+        st = la_check_run_fields(op, cfg, ops);
     if (st != LINATTN_OK)
         return st;
-    if (ops->pool || ops->cu_seqlens)
+    /* a bfloat16 state is worked on in float copies: the serving path's
+     * gather and scatter */
+    if (ops->pool || ops->cu_seqlens || cfg->dtype.s != LINATTN_F32)
         return la_serve_run(op, cfg, ops);
     const int delta = op == LINATTN_OP_DELTA_FORWARD || op == LINATTN_OP_DELTA_STEP;
     const int step = op == LINATTN_OP_STEP || op == LINATTN_OP_DELTA_STEP;
-    return run(delta ? LA_FAMILY_DELTA : LA_FAMILY_ADDITIVE, step, cfg, ops->q, ops->k, ops->v,
-               ops->g, ops->beta, ops->o, ops->s, ops->z);
+    return run_ops(delta ? LA_FAMILY_DELTA : LA_FAMILY_ADDITIVE, step, cfg, ops);
 }

@@ -28,12 +28,16 @@ typedef struct la_call {
     linattn_algo algo;
     int64_t chunk;   /* 0: the table's choice */
     int num_threads; /* as asked, >= 0; the drivers cap it */
-    /* Element sizes in bytes of the inputs, outputs and state (float today;
-     * a dtype field would set them and every range follows). */
-    size_t in_size, out_size, state_size;
+    linattn_dtypes dt; /* every array's element type (state: s only; z is float) */
+    linattn_gate_act gate_act;
+    float lower_bound;              /* BOUNDED_SIGMOID */
+    linattn_beta_act beta_act;
+    const float *A_log, *dt_bias;   /* gate_act != NONE: [H] and [H] or [H][dk] (dt_bias may be NULL) */
     size_t head_state_elems; /* dk*dv (+ dk, or 2 dk compensated, when normalising) */
-    const float *q, *k, *v, *g, *beta;
-    float *o, *s, *z; /* z NULL unless normalising */
+    const void *q, *k, *v, *beta;
+    const float *g;
+    void *o, *s;
+    float *z; /* z NULL unless normalising */
     linattn_strides sq, sk, sv, so, sg, sbeta;
 } la_call;
 
@@ -44,31 +48,50 @@ static inline int64_t la_qk_head(const la_call *c, int64_t h)
     return c->head_map == LINATTN_HEADS_TILED ? h % c->qk_heads : h / group;
 }
 
+/* Bytes of one element of type t. */
+static inline size_t la_dtype_size(linattn_dtype t) { return t == LINATTN_F32 ? 4 : 2; }
+
+/* p advanced by n elements of type t (p NULL stays NULL: no offset is ever
+ * added to a null pointer). */
+static inline const void *la_at(const void *p, linattn_dtype t, int64_t n)
+{
+    return p ? (const char *)p + n * (int64_t)la_dtype_size(t) : NULL;
+}
+
+/* Is the call plain float32 with no input activation (the four float
+ * entry points' calls)? */
+static inline int la_call_plain(const la_call *c)
+{
+    return c->dt.q == LINATTN_F32 && c->dt.k == LINATTN_F32 && c->dt.v == LINATTN_F32 &&
+           c->dt.beta == LINATTN_F32 && c->dt.o == LINATTN_F32 && c->dt.s == LINATTN_F32 &&
+           c->gate_act == LINATTN_GATE_ACT_NONE && c->beta_act == LINATTN_BETA_ACT_NONE;
+}
+
 /* The operands of value head i = b * H + h: q and k of the q/k head it
  * reads, its own v and o, and g and beta where the call has them (else
- * NULL: no offset is ever added to a null pointer). */
+ * NULL). */
 typedef struct {
-    const float *q, *k, *v, *g, *beta;
-    float *o;
+    const void *q, *k, *v, *beta;
+    const float *g;
+    void *o;
 } la_head_operands;
 
 static inline la_head_operands la_head_operands_at(const la_call *c, int64_t i)
 {
     const int64_t b = i / c->H, h = i % c->H, qh = la_qk_head(c, h);
     return (la_head_operands){
-        .q = c->q + b * c->sq.batch + qh * c->sq.head,
-        .k = c->k + b * c->sk.batch + qh * c->sk.head,
-        .v = c->v + b * c->sv.batch + h * c->sv.head,
+        .q = la_at(c->q, c->dt.q, b * c->sq.batch + qh * c->sq.head),
+        .k = la_at(c->k, c->dt.k, b * c->sk.batch + qh * c->sk.head),
+        .v = la_at(c->v, c->dt.v, b * c->sv.batch + h * c->sv.head),
         .g = c->g ? c->g + b * c->sg.batch + h * c->sg.head : NULL,
-        .beta = c->beta ? c->beta + b * c->sbeta.batch + h * c->sbeta.head : NULL,
-        .o = c->o + b * c->so.batch + h * c->so.head,
+        .beta = la_at(c->beta, c->dt.beta, b * c->sbeta.batch + h * c->sbeta.head),
+        .o = (void *)la_at(c->o, c->dt.o, b * c->so.batch + h * c->so.head),
     };
 }
 
 /* check.c: OK and *c filled, or a status with linattn_last_error set. */
 linattn_status la_check(la_call *c, la_family family, int step, const linattn_config *cfg,
-                        const float *q, const float *k, const float *v, const float *g,
-                        const float *beta, float *o, float *s, float *z);
+                        const linattn_operands *ops);
 
 /* error.c: the thread's last-error message. */
 linattn_status la_fail(linattn_status st, const char *fmt, ...)

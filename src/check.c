@@ -12,26 +12,71 @@
 #include <string.h>
 
 #include "call.h"
+#include "half.h"
 #include "ranges.h"
 
 /* ---- config ------------------------------------------------------------ */
 
-/* The config as released in 0.1.0 ended with the g strides. */
+/* The config as released in 0.1.0 ended with the g strides; 0.2.0 and
+ * 0.3.0 with z_compensated. */
 #define CONFIG_V1_SIZE (offsetof(linattn_config, g) + sizeof(linattn_strides))
+#define CONFIG_V2_SIZE offsetof(linattn_config, dtype)
 
 static linattn_status read_config(linattn_config *out, const linattn_config *cfg)
 {
     /* Only the sizes of released layouts: a size between them would cut a
      * field in two. */
-    if (cfg->struct_size != CONFIG_V1_SIZE && cfg->struct_size != sizeof *cfg)
+    if (cfg->struct_size != CONFIG_V1_SIZE && cfg->struct_size != CONFIG_V2_SIZE &&
+        cfg->struct_size != sizeof *cfg)
         return la_fail(LINATTN_E_ARG,
-                       "cfg->struct_size = %zu: expected %zu (or %zu for a 0.1 caller); "
-                       "initialise the config with linattn_config_init",
-                       cfg->struct_size, sizeof *cfg, (size_t)CONFIG_V1_SIZE);
+                       "cfg->struct_size = %zu: expected %zu (or %zu for a 0.2/0.3 caller, %zu "
+                       "for a 0.1 one); initialise the config with linattn_config_init",
+                       cfg->struct_size, sizeof *cfg, (size_t)CONFIG_V2_SIZE,
+                       (size_t)CONFIG_V1_SIZE);
     /* Fields an older caller does not have keep linattn_config_init's
      * defaults (all zero except the beta strides, which no 0.1 call reads). */
     memset(out, 0, sizeof *out);
     memcpy(out, cfg, cfg->struct_size);
+    return LINATTN_OK;
+}
+
+/* The 0.4.0 fields: element types and the input stage's activations. */
+static linattn_status check_input_stage(const linattn_config *cfg, la_family family)
+{
+    const struct {
+        const char *name;
+        linattn_dtype t;
+    } dts[] = {{"q", cfg->dtype.q},       {"k", cfg->dtype.k}, {"v", cfg->dtype.v},
+               {"beta", cfg->dtype.beta}, {"o", cfg->dtype.o}, {"s", cfg->dtype.s}};
+    for (int i = 0; i < 6; i++)
+        if ((unsigned)dts[i].t > LINATTN_F16)
+            return la_fail(LINATTN_E_ARG, "cfg->dtype.%s = %d: not a linattn_dtype", dts[i].name,
+                           (int)dts[i].t);
+    if (cfg->dtype.s == LINATTN_F16)
+        return la_fail(LINATTN_E_ARG, "cfg->dtype.s = LINATTN_F16: the state is stored as "
+                                      "float32 or bfloat16 (float16's range is too narrow for "
+                                      "a state that sums a whole sequence)");
+    if ((unsigned)cfg->gate_act > LINATTN_GATE_ACT_BOUNDED_SIGMOID)
+        return la_fail(LINATTN_E_ARG, "cfg->gate_act = %d: not a linattn_gate_act",
+                       (int)cfg->gate_act);
+    if ((unsigned)cfg->beta_act > LINATTN_BETA_ACT_SIGMOID2)
+        return la_fail(LINATTN_E_ARG, "cfg->beta_act = %d: not a linattn_beta_act",
+                       (int)cfg->beta_act);
+    if (cfg->gate_act != LINATTN_GATE_ACT_NONE &&
+        cfg->gate != LINATTN_GATE_TOKEN && cfg->gate != LINATTN_GATE_CHANNEL)
+        return la_fail(LINATTN_E_ARG,
+                       "cfg->gate_act = %d needs cfg->gate TOKEN or CHANNEL (raw projections "
+                       "per token, or per token and key channel)",
+                       (int)cfg->gate_act);
+    if (cfg->gate_act == LINATTN_GATE_ACT_BOUNDED_SIGMOID &&
+        !(cfg->gate_lower_bound < 0.0f && cfg->gate_lower_bound >= -FLT_MAX))
+        return la_fail(LINATTN_E_ARG,
+                       "cfg->gate_lower_bound = %g: the bounded sigmoid gate needs a finite "
+                       "bound < 0 (KDA uses -5)",
+                       (double)cfg->gate_lower_bound);
+    if (cfg->beta_act != LINATTN_BETA_ACT_NONE && family != LA_FAMILY_DELTA)
+        return la_fail(LINATTN_E_ARG, "cfg->beta_act = %d: only the delta rule has beta",
+                       (int)cfg->beta_act);
     return LINATTN_OK;
 }
 
@@ -96,7 +141,7 @@ static linattn_status check_scalars(const linattn_config *cfg, size_t user_size,
         return la_fail(LINATTN_E_ARG, "cfg->causal = 0: the delta rule is causal only");
     if (!step && !cfg->causal && cfg->gate != LINATTN_GATE_NONE)
         return la_fail(LINATTN_E_ARG, "cfg->causal = 0 with a gate: gates need causal = 1");
-    return LINATTN_OK;
+    return check_input_stage(cfg, family);
 }
 
 /* Strides the call reads must be >= 0; the others are ignored. */
@@ -125,17 +170,42 @@ static linattn_status check_strides(const la_call *c)
 static int64_t first_bad_gate(const la_call *c, const float *row0, int64_t inner)
 {
     const int64_t nt = c->sg.token == 0 && c->gate == LA_GATE_TOKEN ? 1 : c->T;
+    /* raw projections (gate_act) may be positive: only finite is asked */
+    const float hi = c->gate_act != LINATTN_GATE_ACT_NONE ? FLT_MAX : 0.0f;
     for (int64_t t = 0; t < nt; t++) {
         const float *row = row0 + t * c->sg.token;
         int bad = 0;
         for (int64_t i = 0; i < inner; i++)
-            bad |= !(row[i] <= 0.0f) | (row[i] < -FLT_MAX);
+            bad |= !(row[i] <= hi) | (row[i] < -FLT_MAX);
         if (bad)
             for (int64_t i = 0;; i++)
-                if (!(row[i] <= 0.0f) || row[i] < -FLT_MAX)
+                if (!(row[i] <= hi) || row[i] < -FLT_MAX)
                     return t * inner + i;
     }
     return -1;
+}
+
+/* A_log [H] (exp(A_log) finite: <= 88) and dt_bias [H] or [H][dk], finite. */
+static linattn_status check_gate_params(const la_call *c)
+{
+    if (c->A_log == NULL)
+        return la_fail(LINATTN_E_NULL, "A_log is NULL: cfg->gate_act needs A_log [heads]");
+    for (int64_t h = 0; h < c->H; h++)
+        if (!(c->A_log[h] >= -FLT_MAX && c->A_log[h] <= 88.0f))
+            return la_fail(LINATTN_E_ARG,
+                           "A_log[%lld] = %g: must be finite and <= 88 (exp(A_log) must be a "
+                           "finite float)",
+                           (long long)h, (double)c->A_log[h]);
+    const int64_t nb = c->H * (c->gate == LA_GATE_CHANNEL ? c->dk : 1);
+    for (int64_t i = 0; c->dt_bias && i < nb; i++)
+        if (!isfinite(c->dt_bias[i]))
+            return c->gate == LA_GATE_CHANNEL
+                       ? la_fail(LINATTN_E_ARG, "dt_bias[h=%lld,c=%lld] = %g: must be finite",
+                                 (long long)(i / c->dk), (long long)(i % c->dk),
+                                 (double)c->dt_bias[i])
+                       : la_fail(LINATTN_E_ARG, "dt_bias[%lld] = %g: must be finite",
+                                 (long long)i, (double)c->dt_bias[i]);
+    return LINATTN_OK;
 }
 
 static linattn_status check_gate_values(const la_call *c, int head_gate)
@@ -158,6 +228,10 @@ static linattn_status check_gate_values(const la_call *c, int head_gate)
             else
                 snprintf(where, sizeof where, "g[b=%lld,h=%lld,t=%lld]", (long long)b,
                          (long long)h, (long long)t);
+            if (c->gate_act != LINATTN_GATE_ACT_NONE)
+                return la_fail(LINATTN_E_ARG,
+                               "%s = %g: raw gate projections (cfg->gate_act) must be finite",
+                               where, (double)x);
             if (isnan(x))
                 return la_fail(LINATTN_E_ARG, "%s = nan: gate values must be finite log-decays",
                                where);
@@ -175,22 +249,43 @@ static linattn_status check_gate_values(const la_call *c, int head_gate)
     return LINATTN_OK;
 }
 
+/* Beta as a float whatever its type (the checks read each value once). */
+static float beta_at(const la_call *c, const void *row, int64_t t)
+{
+    const int64_t i = t * c->sbeta.token;
+    switch (c->dt.beta) {
+    case LINATTN_BF16: return la_bf16_to_f32(((const uint16_t *)row)[i]);
+    case LINATTN_F16: return la_f16_to_f32(((const uint16_t *)row)[i]);
+    default: return ((const float *)row)[i];
+    }
+}
+
+/* beta in [0, 2], or finite logits with beta_act. */
 static linattn_status check_beta_values(const la_call *c)
 {
+    const int logits = c->beta_act != LINATTN_BETA_ACT_NONE;
+    const float lo = logits ? -FLT_MAX : 0.0f, hi = logits ? FLT_MAX : 2.0f;
     for (int64_t b = 0; b < c->B; b++)
         for (int64_t h = 0; h < c->H; h++) {
-            const float *row = c->beta + b * c->sbeta.batch + h * c->sbeta.head;
+            const void *row = la_at(c->beta, c->dt.beta, b * c->sbeta.batch + h * c->sbeta.head);
             int bad = 0;
-            for (int64_t t = 0; t < c->T; t++) /* branch-free: vectorises */
-                bad |= !(row[t * c->sbeta.token] >= 0.0f) | (row[t * c->sbeta.token] > 2.0f);
+            if (c->dt.beta == LINATTN_F32) { /* branch-free: vectorises */
+                const float *r = row;
+                for (int64_t t = 0; t < c->T; t++)
+                    bad |= !(r[t * c->sbeta.token] >= lo) | (r[t * c->sbeta.token] > hi);
+            } else {
+                bad = 1;
+            }
             if (!bad)
                 continue;
-            for (int64_t t = 0;; t++) {
-                const float x = row[t * c->sbeta.token];
-                if (!(x >= 0.0f && x <= 2.0f))
+            for (int64_t t = 0; t < c->T; t++) {
+                const float x = beta_at(c, row, t);
+                if (!(x >= lo && x <= hi))
                     return la_fail(LINATTN_E_ARG,
-                                   "beta[b=%lld,h=%lld,t=%lld] = %g: must be finite and in "
-                                   "[0, 2]",
+                                   logits ? "beta[b=%lld,h=%lld,t=%lld] = %g: logits "
+                                            "(cfg->beta_act) must be finite"
+                                          : "beta[b=%lld,h=%lld,t=%lld] = %g: must be finite "
+                                            "and in [0, 2]",
                                    (long long)b, (long long)h, (long long)t, (double)x);
             }
         }
@@ -214,9 +309,12 @@ static layout gate_layout(const la_call *c, int head_gate)
 }
 
 linattn_status la_check(la_call *c, la_family family, int step, const linattn_config *user,
-                        const float *q, const float *k, const float *v, const float *g,
-                        const float *beta, float *o, float *s, float *z)
+                        const linattn_operands *ops)
 {
+    const void *q = ops->q, *k = ops->k, *v = ops->v, *beta = ops->beta;
+    const float *g = ops->g;
+    void *o = ops->o, *s = ops->s;
+    float *z = ops->z;
     if (user == NULL)
         return la_fail(LINATTN_E_NULL, "cfg is NULL");
     linattn_config cfgv;
@@ -255,9 +353,10 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
         .algo = cfg->algo,
         .chunk = cfg->chunk,
         .num_threads = cfg->num_threads,
-        .in_size = sizeof(float),
-        .out_size = sizeof(float),
-        .state_size = sizeof(float),
+        .dt = cfg->dtype,
+        .gate_act = gated ? cfg->gate_act : LINATTN_GATE_ACT_NONE,
+        .lower_bound = cfg->gate_lower_bound,
+        .beta_act = family == LA_FAMILY_DELTA ? cfg->beta_act : LINATTN_BETA_ACT_NONE,
         .sq = cfg->q,
         .sk = cfg->k,
         .sv = cfg->v,
@@ -295,6 +394,13 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
     c->q = q, c->k = k, c->v = v, c->g = gated ? g : NULL;
     c->beta = family == LA_FAMILY_DELTA ? beta : NULL;
     c->o = o, c->s = s, c->z = z;
+    if (c->gate_act != LINATTN_GATE_ACT_NONE) {
+        c->A_log = ops->A_log, c->dt_bias = ops->dt_bias;
+        if ((st = check_gate_params(c)) != LINATTN_OK)
+            return st;
+    }
+    if (family != LA_FAMILY_DELTA)
+        c->dt.beta = LINATTN_F32; /* no beta: its type is not used */
 
     /* Byte counts: the state [B][H][dk][dv] (+ [B][H][dk]), which the
      * drivers also allocate per head when s is NULL, and every array. */
@@ -307,7 +413,7 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
                                &head_elems) ||
         __builtin_mul_overflow(head_elems, c->B, &all_elems) ||
         __builtin_mul_overflow(all_elems, c->H, &all_elems) ||
-        __builtin_mul_overflow(all_elems, (int64_t)c->state_size, &all_elems) ||
+        __builtin_mul_overflow(all_elems, (int64_t)sizeof(float), &all_elems) ||
         (uint64_t)all_elems > SIZE_MAX / 2)
         return la_fail(LINATTN_E_SHAPE,
                        "the state of B*H = %lld x %lld heads of dk x dv = %lld x %lld is too "
@@ -329,9 +435,10 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
         const void *p;
         const layout *l;
         size_t elem;
-    } arrays[] = {{q, &lq, c->in_size},   {k, &lk, c->in_size},     {v, &lv, c->in_size},
-                  {c->g, &lg, c->in_size}, {c->beta, &lb, c->in_size}, {o, &lo, c->out_size},
-                  {s, &ls, c->state_size}, {z, &lz, c->state_size}};
+    } arrays[] = {{q, &lq, la_dtype_size(c->dt.q)},       {k, &lk, la_dtype_size(c->dt.k)},
+                  {v, &lv, la_dtype_size(c->dt.v)},       {c->g, &lg, sizeof(float)},
+                  {c->beta, &lb, la_dtype_size(c->dt.beta)}, {o, &lo, la_dtype_size(c->dt.o)},
+                  {s, &ls, la_dtype_size(c->dt.s)},       {z, &lz, sizeof(float)}};
     for (int i = 0; i < 8; i++)
         if (arrays[i].p && !range_of(arrays[i].p, arrays[i].l, arrays[i].elem, &r[i]))
             return la_fail(LINATTN_E_SHAPE,

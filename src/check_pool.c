@@ -4,6 +4,7 @@
  * sequence, and the overlap rules between sequences. Nothing is written
  * before all of them pass; every failure names the field, and the sequence
  * or slot, in linattn_last_error(). */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,45 @@
 #include "table.h"
 
 /* ---- the operand struct ---------------------------------------------- */
+
+/* The 0.3.0 layouts, which ended before the 0.4.0 fields. */
+#define OPERANDS_V3_SIZE offsetof(linattn_operands, A_log)
+#define CONFIG_V3_SIZE offsetof(linattn_config, dtype)
+
+linattn_status la_run_args(const linattn_config *cfg, const linattn_operands *ops,
+                           la_run_arg_copy *copy, const linattn_config **cfg_out,
+                           const linattn_operands **ops_out)
+{
+    *cfg_out = cfg, *ops_out = ops;
+    if (ops == NULL)
+        return la_fail(LINATTN_E_NULL, "ops is NULL");
+    if (cfg == NULL)
+        return la_fail(LINATTN_E_NULL, "cfg is NULL");
+    if (ops->struct_size != sizeof *ops && ops->struct_size != OPERANDS_V3_SIZE)
+        return la_fail(LINATTN_E_ARG,
+                       "ops->struct_size = %zu, expected %zu (or %zu for a 0.3 caller): fill "
+                       "ops with linattn_operands_init",
+                       ops->struct_size, sizeof *ops, (size_t)OPERANDS_V3_SIZE);
+    if (cfg->struct_size != sizeof *cfg && cfg->struct_size != CONFIG_V3_SIZE)
+        return la_fail(LINATTN_E_ARG,
+                       "cfg->struct_size = %zu, expected %zu (or %zu for a 0.3 caller): fill "
+                       "cfg with linattn_config_init",
+                       cfg->struct_size, sizeof *cfg, (size_t)CONFIG_V3_SIZE);
+    /* an older caller's structs end early: the rest keeps the defaults */
+    if (ops->struct_size != sizeof *ops) {
+        linattn_operands_init(&copy->ops);
+        memcpy(&copy->ops, ops, ops->struct_size);
+        copy->ops.struct_size = sizeof copy->ops;
+        *ops_out = &copy->ops;
+    }
+    if (cfg->struct_size != sizeof *cfg) {
+        memset(&copy->cfg, 0, sizeof copy->cfg);
+        memcpy(&copy->cfg, cfg, cfg->struct_size);
+        copy->cfg.struct_size = sizeof copy->cfg;
+        *cfg_out = &copy->cfg;
+    }
+    return LINATTN_OK;
+}
 
 linattn_status la_check_run_fields(linattn_op op, const linattn_config *cfg,
                                    const linattn_operands *ops)
@@ -54,7 +94,7 @@ static linattn_status check_state_memory(const la_serve *sv)
                        {sv->s_slot, sv->s_head, sv->s_row, sv->s_col}};
     const layout lz = {3, {sv->slots, c->H, zd}, {sv->z_slot, sv->z_head, 1}};
     range s = {0, 0}, z = {0, 0};
-    if (!range_of(sv->s, &ls, sizeof(float), &s))
+    if (!range_of(sv->s, &ls, la_dtype_size(c->dt.s), &s))
         return la_fail(LINATTN_E_SHAPE,
                        "s: the pool's %lld slots and strides address more bytes than fit in memory",
                        (long long)sv->slots);
@@ -81,18 +121,24 @@ static linattn_status check_state_memory(const la_serve *sv)
         const char *name;
         const void *p;
         layout l;
+        size_t elem;
     } arrays[] = {
-        {"q", c->q, {4, {c->B, c->qk_heads, T, c->dk}, {c->sq.batch, c->sq.head, c->sq.token, 1}}},
-        {"k", c->k, {4, {c->B, c->qk_heads, T, c->dk}, {c->sk.batch, c->sk.head, c->sk.token, 1}}},
-        {"v", c->v, {4, {c->B, c->H, T, c->dv}, {c->sv.batch, c->sv.head, c->sv.token, 1}}},
-        {"o", c->o, {4, {c->B, c->H, T, c->dv}, {c->so.batch, c->so.head, c->so.token, 1}}},
+        {"q", c->q, {4, {c->B, c->qk_heads, T, c->dk}, {c->sq.batch, c->sq.head, c->sq.token, 1}},
+         la_dtype_size(c->dt.q)},
+        {"k", c->k, {4, {c->B, c->qk_heads, T, c->dk}, {c->sk.batch, c->sk.head, c->sk.token, 1}},
+         la_dtype_size(c->dt.k)},
+        {"v", c->v, {4, {c->B, c->H, T, c->dv}, {c->sv.batch, c->sv.head, c->sv.token, 1}},
+         la_dtype_size(c->dt.v)},
+        {"o", c->o, {4, {c->B, c->H, T, c->dv}, {c->so.batch, c->so.head, c->so.token, 1}},
+         la_dtype_size(c->dt.o)},
         {"g", c->g, {4, {c->B, c->H, T, c->gate == LA_GATE_CHANNEL ? c->dk : 1},
-                     {c->sg.batch, c->sg.head, c->sg.token, 1}}},
-        {"beta", c->beta, {3, {c->B, c->H, T}, {c->sbeta.batch, c->sbeta.head, c->sbeta.token}}},
+                     {c->sg.batch, c->sg.head, c->sg.token, 1}}, sizeof(float)},
+        {"beta", c->beta, {3, {c->B, c->H, T}, {c->sbeta.batch, c->sbeta.head, c->sbeta.token}},
+         la_dtype_size(c->dt.beta)},
     };
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
         range a = {0, 0};
-        if (arrays[i].p == NULL || !range_of(arrays[i].p, &arrays[i].l, sizeof(float), &a))
+        if (arrays[i].p == NULL || !range_of(arrays[i].p, &arrays[i].l, arrays[i].elem, &a))
             continue; /* absent, or already rejected by la_check */
         if (present_overlap(s, a) || present_overlap(z, a))
             return la_fail(LINATTN_E_OVERLAP,
@@ -292,8 +338,9 @@ linattn_status la_check_serve(la_serve *sv, linattn_op op, const linattn_config 
     }
     *sv = (la_serve){0};
     la_call *c = &sv->c;
-    if ((st = la_check(c, family, 0, &one, ops->q, ops->k, ops->v, ops->g, ops->beta, ops->o,
-                       NULL, NULL)) != LINATTN_OK)
+    linattn_operands stateless = *ops;
+    stateless.s = NULL, stateless.z = NULL;
+    if ((st = la_check(c, family, 0, &one, &stateless)) != LINATTN_OK)
         return st;
     if (step) {
         c->step = 1, c->T = 1, c->causal = 1;
@@ -304,7 +351,8 @@ linattn_status la_check_serve(la_serve *sv, linattn_op op, const linattn_config 
         return st;
 
     const int normalising = family == LA_FAMILY_ADDITIVE && c->normalize;
-    float *s = ops->s, *z = normalising ? ops->z : NULL;
+    void *s = ops->s;
+    float *z = normalising ? ops->z : NULL;
     const int64_t zd = c->dk * (1 + c->z_compensated);
     if (ops->pool) {
         if (s == NULL)

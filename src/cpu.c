@@ -2,7 +2,7 @@
  * and which machine's tuning entries fit it best, read once by the
  * registry. LINATTN_TEST_CPU_OFF (tests only) removes features from the
  * mask, so one machine exercises every fallback (libdeflate's way): a
- * comma-separated list of avx2, fma, avx512, asimd; a name it does not know
+ * comma-separated list of avx2, fma, f16c, avx512, asimd; a name it does not know
  * removes every feature, so a typo cannot pass for a full CPU. */
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +18,7 @@ uint32_t la_cpu_features(void)
         uint32_t bit;
     } names[] = {{"avx2", LA_FEAT_AVX2},
                  {"fma", LA_FEAT_FMA},
+                 {"f16c", LA_FEAT_F16C},
                  {"avx512", LA_FEAT_AVX512},
                  {"asimd", LA_FEAT_ASIMD}};
     uint32_t m = detect();
@@ -48,6 +49,8 @@ static uint32_t detect(void)
         m |= LA_FEAT_AVX2;
     if (f.fma3 != 0)
         m |= LA_FEAT_FMA;
+    if (f.f16c != 0)
+        m |= LA_FEAT_F16C;
     if (f.avx512f != 0 && f.avx512vl != 0 && f.avx512bw != 0 && f.avx512dq != 0)
         m |= LA_FEAT_AVX512;
     return m;

@@ -2,7 +2,7 @@
  * Attention), its ops and their contract.
  *
  * Maths, per value head, tokens t = 0..T-1, state S [dk][dv]:
- *   qh_t = scale * nrm(phi(q_t)), kh_t = nrm(phi(k_t))  (nrm: unit L2 norm or identity)
+ *   qh_t = scale * phi(q_t), kh_t = phi(k_t)  (unit L2 norms: the input stage)
  *   S = L_t S                        decay first: 1, e^g, or row i times e^g[i]
  *   u_t = beta_t (v_t - S^T kh_t)    with the decayed S
  *   S = S + kh_t u_t^T
@@ -30,28 +30,10 @@
 #include <stdint.h>
 
 #include "gate.h"
+#include "head.h"
 #include "linattn.h"
 #include "sizes.h"
 
-/* One (batch, value head) problem; pointers offset to (b, h) (q and k to
- * the q/k head this value head reads). Token t of q is q + t * q_ts; the
- * gate of token t is g[t * g_ts] (TOKEN; g_ts 0 for a per-head gate) or the
- * dk floats at g + t * g_ts (CHANNEL); beta of token t is beta[t * beta_ts]. */
-typedef struct la_delta_head {
-    int64_t T, dk, dv;
-    const float *q, *k, *v, *g, *beta;
-    float *o;
-    int64_t q_ts, k_ts, v_ts, g_ts, beta_ts, o_ts;
-    float *s; /* [dk][dv], in/out, never NULL */
-    /* recurrent_vfirst only: s is V-first, value column j is the dk floats
-     * at s + j * s_vld (a state pool's layout in vLLM, sglang and ggml) */
-    int64_t s_vld;
-    float scale;
-    linattn_phi phi;
-    int l2norm;
-    la_gate gate;
-    int64_t chunk; /* chunked only: rows per chunk, >= 1 */
-} la_delta_head;
 
 typedef struct la_delta_ops {
     /* Value columns per unit of work (the driver's tile width). */
@@ -62,12 +44,12 @@ typedef struct la_delta_ops {
     size_t (*chunked_bytes)(int64_t chunk, int64_t dk, int64_t nj);
     /* All T tokens of h on columns [j0, j0 + nj) of S and o; ws is 64-byte
      * aligned, of the size above. */
-    void (*recurrent)(const la_delta_head *h, int64_t j0, int64_t nj, void *ws);
-    void (*chunked)(const la_delta_head *h, int64_t j0, int64_t nj, void *ws);
+    void (*recurrent)(const la_head *h, int64_t j0, int64_t nj, void *ws);
+    void (*chunked)(const la_head *h, int64_t j0, int64_t nj, void *ws);
     /* recurrent on a V-first state (h->s, h->s_vld), workspace as
      * recurrent_bytes. The dot products run along the key axis, so the
      * results agree with recurrent's to rounding, not bit for bit. */
-    void (*recurrent_vfirst)(const la_delta_head *h, int64_t j0, int64_t nj, void *ws);
+    void (*recurrent_vfirst)(const la_head *h, int64_t j0, int64_t nj, void *ws);
     /* (The default chunk and AUTO's choice are the table's tuning data,
      * tuning.h.) */
 } la_delta_ops;

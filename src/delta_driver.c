@@ -1,115 +1,176 @@
 /* The delta family's driver. Value columns of the state are independent
- * (see delta.h), so the work units are (batch, value head, column tile):
- * B = 1 decode and prefill still spread over every thread, and each unit
- * computes exactly the same thing whatever the thread count. */
+ * (see delta.h), so a unit of work is (batch entry, q/k head, some of the
+ * value heads that read it, column tile): B = 1 decode and prefill still
+ * spread over every thread, and each column is computed exactly the same
+ * way whatever the thread count. Per block of tokens a unit runs the input
+ * stage (stage.h) and the kernels for each of its value heads in turn, so
+ * the q/k panels of a block are made once for all of them. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "call.h"
+#include "serve.h"
 #include "table.h"
 #include "threads.h"
 
-static la_delta_head head_at(const la_call *c, int64_t i, int64_t chunk)
+enum {
+    /* tokens per stage block of the recurrent form (the kernels make their
+     * features for as many at once) */
+    RECURRENT_BLOCK = 32,
+    /* value heads of one q/k head a unit takes at most */
+    MAX_MEMBERS = 8,
+};
+
+/* A step keeps its workspace on the stack when it fits: decode calls never
+ * allocate (each thread has its own stack). */
+enum { STEP_STACK_BYTES = 16384 };
+
+/* The algorithm, chunk and stage block of a call: never the thread count. */
+typedef struct {
+    int chunked;
+    int64_t chunk, block;
+} delta_algo;
+
+static delta_algo choose_algo(const la_kernels *kern, const la_call *c)
 {
-    const la_head_operands p = la_head_operands_at(c, i);
-    return (la_delta_head){
-        .T = c->T,
-        .dk = c->dk,
-        .dv = c->dv,
-        .q = p.q,
-        .k = p.k,
-        .v = p.v,
-        .g = p.g,
-        .beta = p.beta,
-        .o = p.o,
-        .q_ts = c->sq.token,
-        .k_ts = c->sk.token,
-        .v_ts = c->sv.token,
-        .g_ts = c->sg.token, /* 0 without a gate */
-        .beta_ts = c->sbeta.token,
-        .o_ts = c->so.token,
-        .scale = c->scale,
-        .phi = c->phi,
-        .l2norm = c->qk_l2norm,
-        .gate = c->gate,
-        .chunk = chunk,
-    };
+    const la_tuning *t = kern->delta_tuning;
+    delta_algo a = {0};
+    a.chunked = !c->step && (c->algo == LINATTN_ALGO_CHUNKED ||
+                             (c->algo == LINATTN_ALGO_AUTO &&
+                              la_tuned_chunked(t->delta_chunked_above_dk, c->dk, c->gate)));
+    if (a.chunked) {
+        a.chunk = c->chunk ? c->chunk : la_tuned_chunk(t->delta_chunk, c->dk, c->dv, c->gate);
+        if (a.chunk > c->T)
+            a.chunk = c->T;
+    }
+    /* chunked: a block is one chunk, so the kernel sees the same chunks as
+     * on the whole sequence */
+    a.block = a.chunked ? a.chunk : c->T < RECURRENT_BLOCK ? c->T : RECURRENT_BLOCK;
+    return a;
 }
 
-/* A step keeps the kernel workspace on the stack when it fits: decode
- * calls never allocate (each thread has its own stack). */
-enum { STEP_STACK_BYTES = 8192 };
+static size_t kernel_bytes(const la_kernels *kern, const la_call *c, const delta_algo *a,
+                           int64_t nj)
+{
+    return la_size_up64(a->chunked ? kern->delta->chunked_bytes(a->chunk, c->dk, nj)
+                                   : kern->delta->recurrent_bytes(a->block, c->dk, nj));
+}
+
+/* Tokens [0, T) of one value head (source src, float state s) on columns
+ * [j0, j0 + nj), block by block through the stage. */
+static void head_tokens(const la_kernels *kern, const la_call *c, const delta_algo *a,
+                        const la_source *src, float *s, int64_t s_vld, int64_t j0, int64_t nj,
+                        void *stage_buf, void *kws)
+{
+    for (int64_t t0 = 0; t0 < src->T; t0 += a->block) {
+        const int64_t n = src->T - t0 < a->block ? src->T - t0 : a->block;
+        la_head h = {.dk = c->dk, .dv = c->dv, .s = s, .s_vld = s_vld, .scale = c->scale,
+                     .chunk = a->chunk};
+        la_stage_in(kern->stage, src, t0, n, stage_buf, &h);
+        if (s_vld)
+            kern->delta->recurrent_vfirst(&h, j0, nj, kws);
+        else if (a->chunked)
+            kern->delta->chunked(&h, j0, nj, kws);
+        else
+            kern->delta->recurrent(&h, j0, nj, kws);
+        la_stage_out(kern->stage, src, t0, n, &h, j0, nj);
+    }
+}
 
 typedef struct {
-    const la_delta_ops *ops;
+    const la_kernels *kern;
     const la_call *c;
-    int chunked;
-    int64_t chunk, tile, ntiles;
-    size_t zero_bytes, kernel_bytes, per_thread;
+    delta_algo a;
+    int64_t group;   /* value heads per q/k head */
+    int64_t members; /* value heads per unit */
+    int64_t mgroups; /* units per (b, q/k head, tile) */
+    int64_t tile, ntiles;
+    size_t stage_bytes, zero_bytes, kws_bytes, per_thread;
     unsigned char *ws;
 } delta_job;
+
+/* Value head of member m of q/k head qh. */
+static int64_t member_head(const la_call *c, int64_t group, int64_t qh, int64_t m)
+{
+    return c->head_map == LINATTN_HEADS_TILED ? m * c->qk_heads + qh : qh * group + m;
+}
 
 static void run_unit(const delta_job *j, int64_t unit, int tid)
 {
     const la_call *c = j->c;
-    const int64_t i = unit / j->ntiles, j0 = unit % j->ntiles * j->tile;
-    const int64_t nj = c->dv - j0 < j->tile ? c->dv - j0 : j->tile;
+    const int64_t tile = unit % j->ntiles, rest = unit / j->ntiles;
+    const int64_t mg = rest % j->mgroups, bq = rest / j->mgroups;
+    const int64_t b = bq / c->qk_heads, qh = bq % c->qk_heads;
+    const int64_t m0 = mg * j->members;
+    const int64_t nm = j->group - m0 < j->members ? j->group - m0 : j->members;
+    const int64_t j0 = tile * j->tile, nj = c->dv - j0 < j->tile ? c->dv - j0 : j->tile;
     _Alignas(64) unsigned char stack[STEP_STACK_BYTES];
     unsigned char *mine = j->ws ? j->ws + j->per_thread * (size_t)tid : stack;
-    la_delta_head h = head_at(c, i, j->chunk);
-    if (c->s) {
-        h.s = c->s + (size_t)i * c->head_state_elems;
-    } else { /* a zero initial state; only this tile's columns are used */
-        h.s = (float *)mine;
-        for (int64_t r = 0; r < c->dk; r++)
-            memset(h.s + r * c->dv + j0, 0, (size_t)nj * sizeof(float));
+    void *stage_buf = mine;
+    float *zero = (float *)(mine + j->stage_bytes);
+    void *kws = mine + j->stage_bytes + j->zero_bytes;
+    la_source src[MAX_MEMBERS];
+    float *state[MAX_MEMBERS];
+    la_stage_reset(stage_buf);
+    for (int64_t m = 0; m < nm; m++) {
+        const int64_t i = b * c->H + member_head(c, j->group, qh, m0 + m);
+        src[m] = la_source_at(c, i);
+        if (c->s) {
+            state[m] = (float *)c->s + (size_t)i * c->head_state_elems;
+        } else { /* a zero initial state; only this tile's columns are used */
+            state[m] = zero + (size_t)m * c->head_state_elems;
+            for (int64_t r = 0; r < c->dk; r++)
+                memset(state[m] + r * c->dv + j0, 0, (size_t)nj * sizeof(float));
+        }
     }
-    void *kws = mine + j->zero_bytes;
-    if (j->chunked)
-        j->ops->chunked(&h, j0, nj, kws);
-    else
-        j->ops->recurrent(&h, j0, nj, kws);
-}
-
-/* The algorithm and chunk of a call: never the thread count. */
-static void choose_algo(delta_job *j, const la_kernels *kern, const la_call *c)
-{
-    const la_tuning *t = kern->delta_tuning;
-    j->chunked = !c->step && (c->algo == LINATTN_ALGO_CHUNKED ||
-                              (c->algo == LINATTN_ALGO_AUTO &&
-                               la_tuned_chunked(t->delta_chunked_above_dk, c->dk, c->gate)));
-    if (j->chunked) {
-        j->chunk = c->chunk ? c->chunk : la_tuned_chunk(t->delta_chunk, c->dk, c->dv, c->gate);
-        if (j->chunk > c->T)
-            j->chunk = c->T;
+    /* block-major: the q/k panels of a block serve every member */
+    const delta_algo one = {j->a.chunked, j->a.chunk, j->a.block};
+    for (int64_t t0 = 0; t0 < c->T; t0 += j->a.block) {
+        const int64_t n = c->T - t0 < j->a.block ? c->T - t0 : j->a.block;
+        for (int64_t m = 0; m < nm; m++) {
+            const la_source blk = la_source_tokens(&src[m], t0, n);
+            /* the memo keys on the block's rows: advancing both q and k by
+             * t0 keeps members of one q/k head equal */
+            head_tokens(j->kern, c, &one, &blk, state[m], 0, j0, nj, stage_buf, kws);
+        }
     }
 }
 
 linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
 {
     const la_delta_ops *ops = kern->delta;
-    delta_job j = {.ops = ops, .c = c};
+    delta_job j = {.kern = kern, .c = c, .a = choose_algo(kern, c)};
     const int wanted = la_threads_wanted(c->num_threads);
-    const int64_t heads = c->B * c->H;
-    /* the table's unit width, narrowed (to whole 16-column groups) when
-     * there are fewer units than threads; a step takes whole heads: one
-     * head's columns split over threads made a step 3-15x slower (1 head,
-     * dk = dv = 128: 1.6 us on one thread, 5-25 us on two) */
+    j.group = c->H / c->qk_heads;
+    j.members = j.group < MAX_MEMBERS ? j.group : MAX_MEMBERS;
     j.tile = c->step ? c->dv : ops->tile_columns(c->dk, c->dv);
-    if (!c->step && heads * ((c->dv + j.tile - 1) / j.tile) < wanted) {
-        const int64_t per_head = (wanted + heads - 1) / heads;
-        j.tile = ((c->dv + per_head - 1) / per_head + 15) / 16 * 16;
-    }
     if (j.tile > c->dv)
         j.tile = c->dv;
     j.ntiles = (c->dv + j.tile - 1) / j.tile;
-    choose_algo(&j, kern, c);
-    j.zero_bytes = c->s ? 0 : la_size_floats(c->head_state_elems);
-    j.kernel_bytes = la_size_up64(j.chunked ? ops->chunked_bytes(j.chunk, c->dk, j.tile)
-                                            : ops->recurrent_bytes(c->T, c->dk, j.tile));
-    j.per_thread = la_size_add(j.zero_bytes, j.kernel_bytes);
+#define UNITS() (c->B * c->qk_heads * ((j.group + j.members - 1) / j.members) * j.ntiles)
+    /* fewer units than threads: first fewer value heads per unit, then
+     * (not for a step) narrower tiles, in whole 16-column groups; a step
+     * takes whole heads: one head's columns split over threads made a step
+     * 3-15x slower (1 head, dk = dv = 128: 1.6 us on one thread, 5-25 us
+     * on two) */
+    while (UNITS() < wanted && j.members > 1)
+        j.members = (j.members + 1) / 2;
+    if (!c->step && UNITS() < wanted) {
+        const int64_t heads = c->B * c->H, per_head = (wanted + heads - 1) / heads;
+        j.tile = ((c->dv + per_head - 1) / per_head + 15) / 16 * 16;
+        if (j.tile > c->dv)
+            j.tile = c->dv;
+        j.ntiles = (c->dv + j.tile - 1) / j.tile;
+    }
+    j.mgroups = (j.group + j.members - 1) / j.members;
+    const int64_t units = UNITS();
+#undef UNITS
+    const la_source any = la_source_at(c, 0);
+    j.stage_bytes = la_stage_bytes(&any, j.a.block);
+    j.zero_bytes = c->s ? 0 : la_size_mul(la_size_floats(c->head_state_elems), (size_t)j.members);
+    j.kws_bytes = kernel_bytes(kern, c, &j.a, j.tile);
+    j.per_thread = la_size_add(la_size_add(j.stage_bytes, j.zero_bytes), j.kws_bytes);
 
-    const int64_t units = heads * j.ntiles;
     const int nt = la_team_size(wanted, units);
     if (!(c->step && j.per_thread <= STEP_STACK_BYTES)) {
         const size_t bytes = la_size_mul(j.per_thread, (size_t)nt);
@@ -124,7 +185,8 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
 
 /* ---- one head's column tile on the calling thread (state pools, packed
  * sequences, plans). c is a B = H = 1 call whose s is the unit's working
- * state; a column's arithmetic does not depend on the tile. */
+ * state; a column's arithmetic does not depend on the tile. Workspace: the
+ * stage buffer, then the kernels'. */
 int64_t la_delta_unit_columns(const la_kernels *kern, const la_call *c)
 {
     const int64_t w = c->step ? c->dv : kern->delta->tile_columns(c->dk, c->dv);
@@ -135,24 +197,26 @@ size_t la_delta_head_bytes(const la_kernels *kern, const la_call *c, int64_t nj)
 {
     if (c->T < 1)
         return 0;
-    delta_job j = {0};
-    choose_algo(&j, kern, c);
-    return la_size_up64(j.chunked ? kern->delta->chunked_bytes(j.chunk, c->dk, nj)
-                                  : kern->delta->recurrent_bytes(c->T, c->dk, nj));
+    const delta_algo a = choose_algo(kern, c);
+    const la_source src = la_source_at(c, 0);
+    return la_size_add(la_size_up64(la_stage_bytes(&src, a.block)), kernel_bytes(kern, c, &a, nj));
+}
+
+static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj, float *s,
+                     int64_t ld, void *ws)
+{
+    if (c->T < 1)
+        return;
+    const delta_algo a = choose_algo(kern, c);
+    const la_source src = la_source_at(c, 0);
+    const size_t sb = la_size_up64(la_stage_bytes(&src, a.block));
+    la_stage_reset(ws);
+    head_tokens(kern, c, &a, &src, s, ld, j0, nj, ws, (unsigned char *)ws + sb);
 }
 
 void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj, void *ws)
 {
-    if (c->T < 1)
-        return;
-    delta_job j = {0};
-    choose_algo(&j, kern, c);
-    la_delta_head h = head_at(c, 0, j.chunk);
-    h.s = c->s;
-    if (j.chunked)
-        kern->delta->chunked(&h, j0, nj, ws);
-    else
-        kern->delta->recurrent(&h, j0, nj, ws);
+    head_run(kern, c, j0, nj, c->s, 0, ws);
 }
 
 /* The same on a V-first state in place (value column j of the head at
@@ -160,20 +224,11 @@ void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int
  * (la_delta_head_recurrent); chunked ones work on a K-first copy. */
 int la_delta_head_recurrent(const la_kernels *kern, const la_call *c)
 {
-    delta_job j = {0};
-    choose_algo(&j, kern, c);
-    return !j.chunked;
+    return !choose_algo(kern, c).chunked;
 }
 
 void la_delta_head_run_vfirst(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                               float *s, int64_t ld, void *ws)
 {
-    delta_job j = {0};
-    choose_algo(&j, kern, c);
-    if (c->T < 1)
-        return;
-    la_delta_head h = head_at(c, 0, j.chunk);
-    h.s = s;
-    h.s_vld = ld;
-    kern->delta->recurrent_vfirst(&h, j0, nj, ws);
+    head_run(kern, c, j0, nj, s, ld, ws);
 }

@@ -36,30 +36,24 @@
 
 enum { DELTA_TILE = LA_DELTA_NV * LA_VW };
 
-/* out[0..dk) = mult * nrm(phi(x)); lanes past dk of the last vector are
- * written as 0 (buffers are padded to whole vectors). */
-LA_INLINE void delta_features(const la_delta_head *h, const float *x, float mult, float *out)
+/* out[0..dk) = mult * phi(x); lanes past dk of the last vector are written
+ * as 0 (buffers are padded to whole vectors). Unit L2 norms are the input
+ * stage's (stage.h): it hands over normalised rows and phi = IDENTITY. */
+LA_INLINE void delta_features(const la_head *h, const float *x, float mult, float *out)
 {
     const int64_t dk = h->dk;
-    la_vf ss = vf_zero();
+    const la_vf m = vf_set1(mult);
     for (int64_t c = 0; c < dk; c += LA_VW) {
         const int64_t n = dk - c;
         la_vf y = vf_phi(h->phi, vf_loadn(x + c, n));
         if (n < LA_VW) /* phi(0) may be 1 (elu+1): clear the padding lanes */
             y = vf_keep(y, n);
-        vf_store(out + c, y);
-        ss = vf_fma(y, y, ss);
+        vf_store(out + c, vf_mul(m, y));
     }
-    /* the norm and the scale apart: their product may overflow (a huge
-     * scale times 1/sqrt(1e-6)) where each product with the features does not */
-    const la_vf nrm = vf_set1(h->l2norm ? (float)(1.0 / sqrt((double)vf_hsum(ss) + 1e-6)) : 1.0f);
-    const la_vf m = vf_set1(mult);
-    for (int64_t c = 0; c < dk; c += LA_VW)
-        vf_store(out + c, vf_mul(m, vf_mul(nrm, vf_load(out + c))));
 }
 
 /* Decays of token t: a[c] (CHANNEL), or a[0] for all rows (TOKEN). */
-LA_INLINE void delta_decays(const la_delta_head *h, int64_t t, float *a)
+LA_INLINE void delta_decays(const la_head *h, int64_t t, float *a)
 {
     if (h->gate == LA_GATE_CHANNEL) {
         const float *g = h->g + t * h->g_ts;
@@ -81,7 +75,7 @@ static int64_t round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
  * DELTA_FEATURES padded vectors. */
 enum { DELTA_FEATURES = 4, DELTA_BLOCK = 32 /* tokens whose features are made at once */ };
 
-LA_INLINE void delta_prepare(const la_delta_head *h, int64_t t, float *f, int64_t dkp)
+LA_INLINE void delta_prepare(const la_head *h, int64_t t, float *f, int64_t dkp)
 {
     float *qh = f, *kh = f + dkp, *a = f + 2 * dkp, *kn = f + 3 * dkp;
     delta_features(h, h->q + t * h->q_ts, h->scale, qh);
@@ -100,7 +94,7 @@ LA_INLINE void delta_prepare(const la_delta_head *h, int64_t t, float *f, int64_
  * for token t (S = L S + kh u^T), read out for t (o += S_c qh_c), and
  * already summed for token t+1 (acc += S_c kn_c): the state is read and
  * written once per token, and the accumulators stay in registers. */
-LA_INLINE void delta_tile_tokens(const la_delta_head *h, float *s, const float *v0, float *o0,
+LA_INLINE void delta_tile_tokens(const la_head *h, float *s, const float *v0, float *o0,
                                  const float *f, int64_t dkp, int64_t t0, int64_t n, int nv,
                                  int64_t wl, la_gate gate)
 {
@@ -181,13 +175,13 @@ static size_t delta_recurrent_bytes(int64_t T, int64_t dk, int64_t nj)
 }
 
 /* A whole tile (constant width: no masked accesses) under a constant gate. */
-LA_INLINE void delta_tile_whole(const la_delta_head *h, float *s, const float *v, float *o,
+LA_INLINE void delta_tile_whole(const la_head *h, float *s, const float *v, float *o,
                                 const float *f, int64_t dkp, int64_t t0, int64_t n, la_gate gate)
 {
     delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, LA_VW, gate);
 }
 
-static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
+static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dkp = round_vw(h->dk);
     float *f = ws;
@@ -222,7 +216,7 @@ static void delta_recurrent(const la_delta_head *h, int64_t j0, int64_t nj, void
  * u = beta (v_j - a acc), S_j = L S_j + u kh, o_j = S_j . qh, the row in L1
  * for a block of tokens. Two horizontal sums per column and token replace
  * the K-first sweep's broadcasts. */
-static void delta_recurrent_vfirst(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
+static void delta_recurrent_vfirst(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dk = h->dk, dkp = round_vw(dk), fs = DELTA_FEATURES * dkp, ld = h->s_vld;
     const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
@@ -389,7 +383,7 @@ static void delta_combo(float *out, const float *init, float init_scale, const f
 
 /* e^G (from the chunk start) and e^(G_last - G) of row i into two padded
  * rows; 1 for NONE. */
-static void delta_row_decays(const la_delta_head *h, const delta_chunk_ws *w, int64_t i,
+static void delta_row_decays(const la_head *h, const delta_chunk_ws *w, int64_t i,
                              int64_t n, float *eg, float *el)
 {
     const int64_t dk = h->dk, dkp = round_vw(dk);
@@ -407,7 +401,7 @@ static void delta_row_decays(const la_delta_head *h, const delta_chunk_ws *w, in
     }
 }
 
-static void delta_chunk(const la_delta_head *h, int64_t t0, int64_t n, int64_t j0, int64_t nj,
+static void delta_chunk(const la_head *h, int64_t t0, int64_t n, int64_t j0, int64_t nj,
                         const delta_chunk_ws *w)
 {
     const int64_t dk = h->dk, dv = h->dv, C = h->chunk;
@@ -492,7 +486,7 @@ static void delta_chunk(const la_delta_head *h, int64_t t0, int64_t n, int64_t j
         delta_combo(s + c * dv, s + c * dv, w->el[c], w->kd + c, dkp, n, w->u, njp, nj);
 }
 
-static void delta_chunked(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
+static void delta_chunked(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const delta_chunk_ws w = delta_carve(ws, h->chunk, h->dk);
     for (int64_t t0 = 0; t0 < h->T; t0 += h->chunk)

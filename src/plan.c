@@ -17,6 +17,7 @@
 #include <omp.h>
 #endif
 
+#include "half.h"
 #include "serve.h"
 #include "table.h"
 #include "threads.h"
@@ -42,13 +43,15 @@ static la_call head_call(const la_serve *sv, int64_t n, int64_t h, int64_t ta, i
     x.B = x.H = x.qk_heads = 1;
     x.T = c->step ? 1 : len;
     x.num_threads = 1;
-    x.q = c->q + b * c->sq.batch + qh * c->sq.head + t * c->sq.token;
-    x.k = c->k + b * c->sk.batch + qh * c->sk.head + t * c->sk.token;
-    x.v = c->v + b * c->sv.batch + h * c->sv.head + t * c->sv.token;
-    x.o = c->o + b * c->so.batch + h * c->so.head + t * c->so.token;
+    x.q = la_at(c->q, c->dt.q, b * c->sq.batch + qh * c->sq.head + t * c->sq.token);
+    x.k = la_at(c->k, c->dt.k, b * c->sk.batch + qh * c->sk.head + t * c->sk.token);
+    x.v = la_at(c->v, c->dt.v, b * c->sv.batch + h * c->sv.head + t * c->sv.token);
+    x.o = (void *)la_at(c->o, c->dt.o, b * c->so.batch + h * c->so.head + t * c->so.token);
     x.g = c->g ? c->g + b * c->sg.batch + h * c->sg.head + t * c->sg.token : NULL;
-    x.beta = c->beta ? c->beta + b * c->sbeta.batch + h * c->sbeta.head + t * c->sbeta.token
-                     : NULL;
+    x.beta = la_at(c->beta, c->dt.beta, b * c->sbeta.batch + h * c->sbeta.head + t * c->sbeta.token);
+    /* the single head keeps its gate parameters: A_log[h], dt_bias row h */
+    x.A_log = c->A_log ? c->A_log + h : NULL;
+    x.dt_bias = c->dt_bias ? c->dt_bias + h * (c->gate == LA_GATE_CHANNEL ? c->dk : 1) : NULL;
     x.s = W;
     x.z = c->family == LA_FAMILY_ADDITIVE && c->normalize ? Wz : NULL;
     return x;
@@ -78,13 +81,30 @@ static void head_run(const linattn_plan *p, const la_call *x, int64_t j0, int64_
                 for (int64_t i = ib; i < (ib + 16 < dk ? ib + 16 : dk); i++)                      \
                     ASSIGN
 
+/* Element e of a state of type t as a float, and a float rounded into it. */
+static inline float state_get(linattn_dtype t, const void *p, int64_t e)
+{
+    return t == LINATTN_BF16 ? la_bf16_to_f32(((const uint16_t *)p)[e]) : ((const float *)p)[e];
+}
+
+static inline void state_put(linattn_dtype t, void *p, int64_t e, float x)
+{
+    if (t == LINATTN_BF16)
+        ((uint16_t *)p)[e] = la_f32_to_bf16(x);
+    else
+        ((float *)p)[e] = x;
+}
+
 /* Columns [j0, j0 + nj) of head h's state in `slot` into W (row stride dv),
  * or zeros for slot < 0; with Wz, z too. The loop order follows the pool's
- * smaller stride, so a V-first pool is read along its rows. */
-static void state_load(const la_serve *sv, int64_t slot, int64_t h, int64_t j0, int64_t nj,
-                       float *W, float *Wz)
+ * smaller stride, so a V-first pool is read along its rows. A bfloat16
+ * state is widened here (and rounded to nearest even in state_store): the
+ * kernels always work on float32. */
+static void state_load(const la_serve *sv, const la_stage_ops *st, int64_t slot, int64_t h,
+                       int64_t j0, int64_t nj, float *W, float *Wz)
 {
     const int64_t dk = sv->c.dk, dv = sv->c.dv, zd = dk * (1 + sv->c.z_compensated);
+    const linattn_dtype t = sv->c.dt.s;
     if (slot < 0) {
         for (int64_t i = 0; i < dk; i++)
             memset(W + i * dv + j0, 0, (size_t)nj * sizeof(float));
@@ -92,37 +112,38 @@ static void state_load(const la_serve *sv, int64_t slot, int64_t h, int64_t j0, 
             memset(Wz, 0, (size_t)zd * sizeof(float));
         return;
     }
-    const float *src = la_serve_state(sv, slot, h);
+    const void *src = la_serve_state(sv, slot, h);
     const int64_t row = sv->s_row, col = sv->s_col;
     if (col == 1) {
         for (int64_t i = 0; i < dk; i++)
-            memcpy(W + i * dv + j0, src + i * row + j0, (size_t)nj * sizeof(float));
+            st->load(t, la_at(src, t, i * row + j0), nj, W + i * dv + j0);
     } else if (col > row) {
-        TRANSPOSE_BLOCKS(W[i * dv + j] = src[j * col + i * row]);
+        TRANSPOSE_BLOCKS(W[i * dv + j] = state_get(t, src, j * col + i * row));
     } else {
         for (int64_t i = 0; i < dk; i++)
             for (int64_t j = j0; j < j0 + nj; j++)
-                W[i * dv + j] = src[j * col + i * row];
+                W[i * dv + j] = state_get(t, src, j * col + i * row);
     }
     if (Wz)
         memcpy(Wz, la_serve_z(sv, slot, h), (size_t)zd * sizeof(float));
 }
 
-static void state_store(const la_serve *sv, int64_t slot, int64_t h, int64_t j0, int64_t nj,
-                        const float *W, const float *Wz)
+static void state_store(const la_serve *sv, const la_stage_ops *st, int64_t slot, int64_t h,
+                        int64_t j0, int64_t nj, const float *W, const float *Wz)
 {
     const int64_t dk = sv->c.dk, dv = sv->c.dv, zd = dk * (1 + sv->c.z_compensated);
-    float *dst = la_serve_state(sv, slot, h);
+    const linattn_dtype t = sv->c.dt.s;
+    void *dst = la_serve_state(sv, slot, h);
     const int64_t row = sv->s_row, col = sv->s_col;
     if (col == 1) {
         for (int64_t i = 0; i < dk; i++)
-            memcpy(dst + i * row + j0, W + i * dv + j0, (size_t)nj * sizeof(float));
+            st->store(t, W + i * dv + j0, nj, (void *)la_at(dst, t, i * row + j0));
     } else if (col > row) {
-        TRANSPOSE_BLOCKS(dst[j * col + i * row] = W[i * dv + j]);
+        TRANSPOSE_BLOCKS(state_put(t, dst, j * col + i * row, W[i * dv + j]));
     } else {
         for (int64_t i = 0; i < dk; i++)
             for (int64_t j = j0; j < j0 + nj; j++)
-                dst[j * col + i * row] = W[i * dv + j];
+                state_put(t, dst, j * col + i * row, W[i * dv + j]);
     }
     if (Wz)
         memcpy(la_serve_z(sv, slot, h), Wz, (size_t)zd * sizeof(float));
@@ -146,7 +167,8 @@ static int run_vfirst(const linattn_plan *p, int64_t n, int64_t h, int64_t rd, i
             if (rd < 0)
                 memset(dst + j * ld, 0, (size_t)dk * sizeof(float));
             else
-                memcpy(dst + j * ld, la_serve_state(sv, rd, h) + j * ld, (size_t)dk * sizeof(float));
+                memcpy(dst + j * ld, (const float *)la_serve_state(sv, rd, h) + j * ld,
+                       (size_t)dk * sizeof(float));
         }
     la_delta_head_run_vfirst(p->kern, &x, j0, nj, dst, ld, kws);
     return 1;
@@ -174,7 +196,9 @@ static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
      * slot starts as the read slot's state (or zeros) and the kernels run
      * on it, so a decode step copies nothing. Otherwise the unit works on a
      * K-first copy in its workspace (same arithmetic, same bits). */
-    const int in_place = wr >= 0 && sv->K == 0 && sv->s_col == 1 && sv->s_row == c->dv &&
+    const la_stage_ops *st = p->kern->stage;
+    const int f32 = c->dt.s == LINATTN_F32; /* a bfloat16 state is worked on in a float copy */
+    const int in_place = f32 && wr >= 0 && sv->K == 0 && sv->s_col == 1 && sv->s_row == c->dv &&
                          (Wz == NULL || sv->z != NULL);
     /* A V-first pool of the delta family runs decode-length calls in place
      * on the kernels' V-first recurrent form (serve-bench, B = 16, H = 32,
@@ -182,16 +206,16 @@ static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
      * copy); longer ones gather, since the V-first form's per-token chain
      * of dot product, sum and update made a 64-token prefill 2.6x slower
      * than the K-first kernels on a copy (1.07-1.25x). */
-    if (!in_place && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA && sv->s_row == 1 &&
+    if (!in_place && f32 && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA && sv->s_row == 1 &&
         sv->s_col >= c->dk && len <= VFIRST_MAX_T && run_vfirst(p, n, h, rd, wr, len, j0, nj, kws))
         return;
     if (in_place) {
         W = la_serve_state(sv, wr, h);
         Wz = la_serve_z(sv, wr, h); /* NULL but for the additive family, one tile */
         if (rd != wr)
-            state_load(sv, rd, h, j0, nj, W, Wz);
+            state_load(sv, st, rd, h, j0, nj, W, Wz);
     } else {
-        state_load(sv, rd, h, j0, nj, W, Wz_pool);
+        state_load(sv, st, rd, h, j0, nj, W, Wz_pool);
         if (Wz && !Wz_pool)
             memset(Wz, 0, (size_t)(c->dk * (1 + c->z_compensated)) * sizeof(float));
     }
@@ -206,10 +230,10 @@ static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
         head_run(p, &x, j0, nj, kws);
         const int64_t slot = sv->snapshot_slots[n * sv->K + (t - first)];
         if (slot >= 0)
-            state_store(sv, slot, h, j0, nj, W, Wz_pool);
+            state_store(sv, st, slot, h, j0, nj, W, Wz_pool);
     }
     if (wr >= 0 && !in_place)
-        state_store(sv, wr, h, j0, nj, W, Wz_pool);
+        state_store(sv, st, wr, h, j0, nj, W, Wz_pool);
 }
 
 typedef struct {
@@ -230,10 +254,14 @@ static linattn_status plan_make(linattn_plan **out, linattn_op op, const linattn
     if (kern == NULL)
         return la_fail(LINATTN_E_ISA, "LINATTN_ISA names no instruction set this CPU and build "
                                       "can run; call linattn_set_isa() to choose one");
+    la_run_arg_copy copy;
+    linattn_status st = la_run_args(cfg, ops, &copy, &cfg, &ops);
+    if (st != LINATTN_OK)
+        return st;
     linattn_plan *p = calloc(1, sizeof *p);
     if (p == NULL)
         return la_fail(LINATTN_E_NOMEM, "out of memory for a plan");
-    linattn_status st = la_check_serve(&p->sv, op, cfg, ops, kern);
+    st = la_check_serve(&p->sv, op, cfg, ops, kern);
     if (st != LINATTN_OK) {
         free(p);
         return st;

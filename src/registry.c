@@ -69,7 +69,7 @@ static const la_tuning *tuning_of(const la_table *t)
             if (tables[j]->F && la_table_runnable(tables[j]) &&                                   \
                 (j == (i) || !tables[j]->test_only)) {                                            \
                 resolved[i].F = tables[j]->F;                                                     \
-                resolved[i].F##_tuning = tuning_of(tables[j]);                                    \
+                TUNE(resolved[i].F##_tuning = tuning_of(tables[j]));                              \
                 break;                                                                            \
             }                                                                                     \
     } while (0)
@@ -91,8 +91,13 @@ static void init(void)
     uarch = la_cpu_uarch();
     for (int i = 0; i < TABLE_COUNT; i++) {
         resolved[i].table = tables[i];
+#define TUNE(x) x
         RESOLVE(i, additive);
         RESOLVE(i, delta);
+#undef TUNE
+#define TUNE(x) (void)0 /* the input stage has no tuning data */
+        RESOLVE(i, stage);
+#undef TUNE
         if (!tables[i]->test_only && la_table_runnable(tables[i]) &&
             (best == NULL || tables[i]->isa > best->table->isa))
             best = &resolved[i];

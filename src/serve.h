@@ -21,7 +21,8 @@ typedef struct {
     const int64_t *cu; /* NULL: sequence n is batch entry n, c.T tokens */
     /* State: none (zero initial state, nothing written), or the pool. */
     int has_state;
-    float *s, *z;
+    void *s; /* elements of type c.dt.s */
+    float *z;
     int64_t slots, s_slot, s_head, s_row, s_col, z_slot, z_head;
     const int32_t *read_slots, *write_slots, *snapshot_slots;
     int64_t K;
@@ -33,8 +34,19 @@ typedef struct {
 linattn_status la_check_serve(la_serve *sv, linattn_op op, const linattn_config *cfg,
                               const linattn_operands *ops, const struct la_kernels *kern);
 
+/* linattn_run's and linattn_plan_create's structs as this version's: an
+ * older caller's (smaller struct_size) are copied into *copy with the new
+ * fields at their defaults. */
+typedef struct {
+    linattn_config cfg;
+    linattn_operands ops;
+} la_run_arg_copy;
+linattn_status la_run_args(const linattn_config *cfg, const linattn_operands *ops,
+                           la_run_arg_copy *copy, const linattn_config **cfg_out,
+                           const linattn_operands **ops_out);
+
 /* The operand struct, op, config version and the fields this path
- * supports (both linattn_run paths start here). */
+ * supports (both linattn_run paths start here, after la_run_args). */
 linattn_status la_check_run_fields(linattn_op op, const linattn_config *cfg,
                                    const linattn_operands *ops);
 
@@ -68,10 +80,11 @@ static inline int64_t la_serve_tokens(const la_serve *sv, int64_t n, int64_t *b,
     return sv->c.T;
 }
 
-/* Element (i, j) of head h's state in slot `slot` is at the result + i * s_row + j * s_col. */
-static inline float *la_serve_state(const la_serve *sv, int64_t slot, int64_t h)
+/* Element (i, j) of head h's state in slot `slot` is element
+ * i * s_row + j * s_col of the result (of type c.dt.s). */
+static inline void *la_serve_state(const la_serve *sv, int64_t slot, int64_t h)
 {
-    return sv->s + slot * sv->s_slot + h * sv->s_head;
+    return (void *)la_at(sv->s, sv->c.dt.s, slot * sv->s_slot + h * sv->s_head);
 }
 
 static inline float *la_serve_z(const la_serve *sv, int64_t slot, int64_t h)

@@ -15,6 +15,7 @@
 #include "additive.h"
 #include "delta.h"
 #include "linattn.h"
+#include "stage.h"
 #include "tuning.h"
 
 /* CPU features a table can require; cpu.c answers with a mask of these. */
@@ -23,6 +24,7 @@ enum {
     LA_FEAT_FMA = 1u << 1,
     LA_FEAT_AVX512 = 1u << 2, /* F + VL + BW + DQ, with OS support for zmm state */
     LA_FEAT_ASIMD = 1u << 3,  /* AArch64 Advanced SIMD */
+    LA_FEAT_F16C = 1u << 4,   /* x86 half-precision conversions (every AVX2 CPU has them) */
 };
 
 typedef struct la_table {
@@ -32,6 +34,7 @@ typedef struct la_table {
     int test_only;     /* never chosen by AUTO or by name (an emulation build) */
     const la_additive_ops *additive;
     const la_delta_ops *delta;
+    const la_stage_ops *stage; /* the input stage's vector work (stage.h) */
     /* Measured choices per microarchitecture, the default first (tuning.h). */
     const la_tuning *tuning;
     int ntuning;
@@ -42,6 +45,7 @@ typedef struct la_kernels {
     const la_table *table; /* identity; its ops may be NULL, these never are */
     const la_additive_ops *additive;
     const la_delta_ops *delta;
+    const la_stage_ops *stage;
     /* the entry for this CPU of the table each family came from */
     const la_tuning *additive_tuning, *delta_tuning;
 } la_kernels;

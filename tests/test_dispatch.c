@@ -127,7 +127,7 @@ START_TEST(names_and_strings)
     ck_assert_str_eq(linattn_isa_name((linattn_isa)99), "unknown");
     for (int s = -2; s < 12; s++)
         ck_assert_ptr_nonnull(linattn_strerror((linattn_status)s));
-    ck_assert_str_eq(linattn_version(), "0.3.0");
+    ck_assert_str_eq(linattn_version(), "0.4.0");
 }
 END_TEST
 

@@ -908,13 +908,15 @@ static const la_additive_ops additive_avx2 = {
 };
 
 extern const la_delta_ops la_delta_avx2;
+extern const la_stage_ops la_stage_avx2;
 
 const la_table la_table_avx2 = {
     .name = "avx2",
     .isa = LINATTN_ISA_AVX2,
-    .requires = LA_FEAT_AVX2 | LA_FEAT_FMA,
+    .requires = LA_FEAT_AVX2 | LA_FEAT_FMA | LA_FEAT_F16C,
     .additive = &additive_avx2,
     .delta = &la_delta_avx2,
+    .stage = &la_stage_avx2,
     .tuning = tuning_avx2,
     .ntuning = sizeof tuning_avx2 / sizeof tuning_avx2[0],
 };

@@ -122,4 +122,48 @@ LA_INLINE la_vf vf_keep(la_vf x, int64_t n)
     return _mm256_and_ps(x, _mm256_castsi256_ps(lane_mask(n)));
 }
 
+/* ---- the input stage's words (stage_kernels.h) -------------------------- */
+
+/* LA_VW 16-bit values widened to float: bfloat16 is the float's top half;
+ * float16 through F16C (every AVX2 CPU has it; the table requires it). */
+LA_INLINE la_vf vf_widen_bf16(const uint16_t *p)
+{
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+LA_INLINE la_vf vf_widen_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+/* Round to nearest even; NaN stays a quiet NaN (la_f32_to_bf16 in half.h). */
+LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
+{
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    r = _mm256_blendv_epi8(r, qnan, _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+    /* 32 -> 16 bits: packus saturates nothing here (values < 2^16) */
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
+}
+LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x)
+{
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+/* 1 / (1 + e^-x) from e^-|x| (never overflows); x finite. */
+LA_INLINE la_vf vf_sigmoid(la_vf x)
+{
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 e = exp8(_mm256_or_ps(x, _mm256_set1_ps(-0.0f))); /* e^-|x| */
+    const __m256 r = _mm256_div_ps(one, _mm256_add_ps(one, e));
+    return _mm256_blendv_ps(_mm256_mul_ps(e, r), r, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
+}
+/* log(1 + e^x) = max(x, 0) + log1p(e^-|x|); x finite. */
+LA_INLINE la_vf vf_softplus(la_vf x)
+{
+    const __m256 e = exp8(_mm256_or_ps(x, _mm256_set1_ps(-0.0f)));
+    return _mm256_add_ps(_mm256_max_ps(x, _mm256_setzero_ps()), Sleef_log1pf8_u10avx2(e));
+}
+
 #endif

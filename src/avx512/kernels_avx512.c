@@ -879,6 +879,7 @@ static const la_additive_ops additive_avx512 = {
 };
 
 extern const la_delta_ops LA_DELTA_OPS;
+extern const la_stage_ops LA_STAGE_OPS;
 
 const la_table LA_TABLE = {
     .name = LA_TABLE_NAME,
@@ -887,6 +888,7 @@ const la_table LA_TABLE = {
     .test_only = LA_TABLE_TEST_ONLY,
     .additive = &additive_avx512,
     .delta = &LA_DELTA_OPS,
+    .stage = &LA_STAGE_OPS,
     .tuning = tuning_avx512,
     .ntuning = sizeof tuning_avx512 / sizeof tuning_avx512[0],
 };

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../gate.h"
+#include "../half.h"
 #include "linattn.h"
 
 /* Vector helpers are always inlined: in the SIMDe build a 64-byte vector
@@ -24,12 +25,15 @@
 
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
+#include <simde/x86/f16c.h>
+#include <sleef.h>
 
 /* Runs wherever AVX2 + FMA do; never chosen outside the tests. */
 #define LA_TABLE la_table_avx512_simde
 #define LA_DELTA_OPS la_delta_avx512_simde
+#define LA_STAGE_OPS la_stage_avx512_simde
 #define LA_TABLE_NAME "avx512-simde"
-#define LA_TABLE_REQUIRES (LA_FEAT_AVX2 | LA_FEAT_FMA)
+#define LA_TABLE_REQUIRES (LA_FEAT_AVX2 | LA_FEAT_FMA | LA_FEAT_F16C)
 #define LA_TABLE_TEST_ONLY 1
 
 LA_INLINE __m512 la_load(__mmask16 m, const float *p)
@@ -104,8 +108,9 @@ LA_INLINE __m512 la_exp_raw(__m512 x)
 
 #define LA_TABLE la_table_avx512
 #define LA_DELTA_OPS la_delta_avx512
+#define LA_STAGE_OPS la_stage_avx512
 #define LA_TABLE_NAME "avx512"
-#define LA_TABLE_REQUIRES (LA_FEAT_AVX512 | LA_FEAT_FMA)
+#define LA_TABLE_REQUIRES (LA_FEAT_AVX512 | LA_FEAT_FMA | LA_FEAT_F16C)
 #define LA_TABLE_TEST_ONLY 0
 
 LA_INLINE __m512 la_load(__mmask16 m, const float *p) { return _mm512_maskz_loadu_ps(m, p); }
@@ -172,5 +177,90 @@ LA_INLINE float vf_hsum(la_vf x) { return la_hsum(x); }
 LA_INLINE la_vf vf_decay(la_vf x) { return la_exp(_mm512_min_ps(x, _mm512_setzero_ps())); }
 LA_INLINE la_vf vf_phi(linattn_phi phi, la_vf x) { return phi_v(phi, x); }
 LA_INLINE la_vf vf_keep(la_vf x, int64_t n) { return _mm512_maskz_mov_ps(la_tail(n), x); }
+
+/* ---- the input stage's words (stage_kernels.h) -------------------------- */
+
+#ifdef LA_AVX512_SIMDE
+/* SIMDe 0.7.4 has no 512-bit 16-bit conversions: two AVX2 halves through
+ * memory (a test-only table; the same values as the native words). */
+LA_INLINE la_vf vf_widen_bf16(const uint16_t *p)
+{
+    float t[16];
+    for (int i = 0; i < 16; i += 8) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + i)));
+        _mm256_storeu_ps(t + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    return _mm512_loadu_ps(t);
+}
+LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
+{
+    float t[16];
+    _mm512_storeu_ps(t, x);
+    for (int i = 0; i < 16; i++)
+        p[i] = la_f32_to_bf16(t[i]);
+}
+LA_INLINE la_vf vf_widen_f16(const uint16_t *p)
+{
+    float t[16];
+    _mm256_storeu_ps(t, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)));
+    _mm256_storeu_ps(t + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8))));
+    return _mm512_loadu_ps(t);
+}
+LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x)
+{
+    float t[16];
+    _mm512_storeu_ps(t, x);
+    for (int i = 0; i < 16; i += 8)
+        _mm_storeu_si128((__m128i *)(p + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(t + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+LA_INLINE la_vf la_log1p(la_vf x)
+{
+    float t[16];
+    _mm512_storeu_ps(t, x);
+    for (int i = 0; i < 16; i += 8)
+        _mm256_storeu_ps(t + i, Sleef_log1pf8_u10avx2(_mm256_loadu_ps(t + i)));
+    return _mm512_loadu_ps(t);
+}
+#else
+LA_INLINE la_vf vf_widen_bf16(const uint16_t *p)
+{
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+/* Round to nearest even; NaN stays a quiet NaN (la_f32_to_bf16 in half.h). */
+LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    const __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, qnan)));
+}
+LA_INLINE la_vf vf_widen_f16(const uint16_t *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x)
+{
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+LA_INLINE la_vf la_log1p(la_vf x) { return Sleef_log1pf16_u10avx512f(x); }
+#endif
+/* 1 / (1 + e^-x) from e^-|x| (never overflows); x finite. */
+LA_INLINE la_vf vf_sigmoid(la_vf x)
+{
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 e = la_exp_raw(_mm512_min_ps(x, _mm512_sub_ps(_mm512_setzero_ps(), x)));
+    const __m512 r = _mm512_div_ps(one, _mm512_add_ps(one, e));
+    return _mm512_mask_mov_ps(_mm512_mul_ps(e, r), _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), r);
+}
+/* log(1 + e^x) = max(x, 0) + log1p(e^-|x|); x finite. */
+LA_INLINE la_vf vf_softplus(la_vf x)
+{
+    const __m512 e = la_exp_raw(_mm512_min_ps(x, _mm512_sub_ps(_mm512_setzero_ps(), x)));
+    return _mm512_add_ps(_mm512_max_ps(x, _mm512_setzero_ps()), la_log1p(e));
+}
 
 #endif /* LINATTN_SIMD512_H */

@@ -582,6 +582,7 @@ static const la_additive_ops additive_neon = {
 };
 
 extern const la_delta_ops la_delta_neon;
+extern const la_stage_ops la_stage_neon;
 
 const la_table la_table_neon = {
     .name = "neon",
@@ -589,6 +590,7 @@ const la_table la_table_neon = {
     .requires = LA_FEAT_ASIMD,
     .additive = &additive_neon,
     .delta = &la_delta_neon,
+    .stage = &la_stage_neon,
     .tuning = tuning_neon,
     .ntuning = 1,
 };

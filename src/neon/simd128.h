@@ -129,4 +129,43 @@ LA_INLINE la_vf vf_decay(la_vf x) { return exp_nonpos(x); }
 LA_INLINE la_vf vf_phi(linattn_phi phi, la_vf x) { return phi4(phi, x); }
 LA_INLINE la_vf vf_keep(la_vf x, int64_t n) { return lanes_below(x, n); }
 
+/* ---- the input stage's words (stage_kernels.h) -------------------------- */
+
+LA_INLINE la_vf vf_widen_bf16(const uint16_t *p)
+{
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+LA_INLINE la_vf vf_widen_f16(const uint16_t *p)
+{
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+/* Round to nearest even; NaN stays a quiet NaN (la_f32_to_bf16 in half.h). */
+LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
+{
+    const uint32x4_t u = vreinterpretq_u32_f32(x);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7fff)), lsb);
+    const uint32x4_t qnan = vorrq_u32(u, vdupq_n_u32(0x400000));
+    vst1_u16(p, vshrn_n_u32(vbslq_u32(vceqq_f32(x, x), r, qnan), 16));
+}
+/* FCVTN rounds by FPCR: to nearest even, as every process starts. */
+LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x)
+{
+    vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(x)));
+}
+/* 1 / (1 + e^-x) from e^-|x| (never overflows); x finite. */
+LA_INLINE la_vf vf_sigmoid(la_vf x)
+{
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    const float32x4_t e = exp4(vnegq_f32(vabsq_f32(x)));
+    const float32x4_t r = vdivq_f32(one, vaddq_f32(one, e));
+    return vbslq_f32(vcgeq_f32(x, vdupq_n_f32(0.0f)), r, vmulq_f32(e, r));
+}
+/* log(1 + e^x) = max(x, 0) + log1p(e^-|x|); x finite. */
+LA_INLINE la_vf vf_softplus(la_vf x)
+{
+    const float32x4_t e = exp4(vnegq_f32(vabsq_f32(x)));
+    return vaddq_f32(vmaxq_f32(x, vdupq_n_f32(0.0f)), Sleef_log1pf4_u10advsimd(e));
+}
+
 #endif

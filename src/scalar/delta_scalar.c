@@ -20,18 +20,11 @@ static float decay_of(double x) { return x < LA_EXP_ZERO_BELOW ? 0.0f : expf((fl
 
 static float clamp_gate(float g) { return g < LA_G_RESET ? LA_G_RESET : g; }
 
-/* out = mult * nrm(phi(x)) over dk channels. */
-static void features(const la_delta_head *h, const float *x, float mult, float *out)
+/* out = mult * phi(x) over dk channels (unit norms: the input stage). */
+static void features(const la_head *h, const float *x, float mult, float *out)
 {
-    double ss = 0.0;
-    for (int64_t i = 0; i < h->dk; i++) {
-        out[i] = phi_scalar(h->phi, x[i]);
-        ss += (double)out[i] * out[i];
-    }
-    /* the norm and the scale apart: their product may overflow */
-    const float nrm = h->l2norm ? (float)(1.0 / sqrt(ss + 1e-6)) : 1.0f;
     for (int64_t i = 0; i < h->dk; i++)
-        out[i] = mult * (nrm * out[i]);
+        out[i] = mult * phi_scalar(h->phi, x[i]);
 }
 
 /* ---- recurrent --------------------------------------------------------- */
@@ -51,7 +44,7 @@ static size_t recurrent_bytes_scalar(int64_t T, int64_t dk, int64_t nj)
 }
 
 /* a[i]: the decay of key row i at token t. */
-static void row_decays(const la_delta_head *h, int64_t t, float *a)
+static void row_decays(const la_head *h, int64_t t, float *a)
 {
     for (int64_t i = 0; i < h->dk; i++)
         a[i] = h->gate == LA_GATE_NONE    ? 1.0f
@@ -61,7 +54,7 @@ static void row_decays(const la_delta_head *h, int64_t t, float *a)
 
 /* Per token: pass 1 decays the tile's rows and accumulates S^T kh, then
  * u = beta (v - S^T kh); pass 2 adds kh u^T and accumulates S^T qh. */
-static void recurrent_scalar(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
+static void recurrent_scalar(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dk = h->dk, dv = h->dv;
     float *qh = ws, *kh = qh + dk, *a = kh + dk, *u = a + dk, *acc = u + nj;
@@ -97,7 +90,7 @@ static void recurrent_scalar(const la_delta_head *h, int64_t j0, int64_t nj, voi
 /* The same on a V-first state (column j: the dk floats at s + j * s_vld),
  * column by column: acc = S_j . kh after the decay, then the update and
  * S_j . qh. */
-static void recurrent_vfirst_scalar(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
+static void recurrent_vfirst_scalar(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dk = h->dk;
     float *qh = ws, *kh = qh + dk, *a = kh + dk;
@@ -161,7 +154,7 @@ static chunk_ws carve(void *ws, int64_t C, int64_t dk)
 }
 
 /* e^(G_i - G_j) for channel c (TOKEN: column 0), i >= j. */
-static float gamma_of(const la_delta_head *h, const chunk_ws *w, int64_t i, int64_t j, int64_t c)
+static float gamma_of(const la_head *h, const chunk_ws *w, int64_t i, int64_t j, int64_t c)
 {
     if (h->gate == LA_GATE_NONE)
         return 1.0f;
@@ -170,14 +163,14 @@ static float gamma_of(const la_delta_head *h, const chunk_ws *w, int64_t i, int6
 }
 
 /* e^(G_i) (from the chunk start) for channel c. */
-static float growth_of(const la_delta_head *h, const chunk_ws *w, int64_t i, int64_t c)
+static float growth_of(const la_head *h, const chunk_ws *w, int64_t i, int64_t c)
 {
     if (h->gate == LA_GATE_NONE)
         return 1.0f;
     return decay_of(w->gsum[i * h->dk + (h->gate == LA_GATE_CHANNEL ? c : 0)]);
 }
 
-static void chunk_scalar(const la_delta_head *h, int64_t t0, int64_t n, int64_t j0, int64_t nj,
+static void chunk_scalar(const la_head *h, int64_t t0, int64_t n, int64_t j0, int64_t nj,
                          const chunk_ws *w)
 {
     const int64_t dk = h->dk, dv = h->dv, C = h->chunk;
@@ -259,7 +252,7 @@ static void chunk_scalar(const la_delta_head *h, int64_t t0, int64_t n, int64_t 
     }
 }
 
-static void chunked_scalar(const la_delta_head *h, int64_t j0, int64_t nj, void *ws)
+static void chunked_scalar(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const chunk_ws w = carve(ws, h->chunk, h->dk);
     for (int64_t t0 = 0; t0 < h->T; t0 += h->chunk)

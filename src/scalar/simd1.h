@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "../gate.h"
+#include "../half.h"
 #include "linattn.h"
 
 #define LA_INLINE static inline __attribute__((always_inline))
@@ -47,5 +48,18 @@ LA_INLINE la_vf vf_phi(linattn_phi phi, la_vf x)
     }
 }
 LA_INLINE la_vf vf_keep(la_vf x, int64_t n) { return n >= 1 ? x : 0.0f; }
+
+/* ---- the input stage's words (stage_kernels.h) -------------------------- */
+
+LA_INLINE la_vf vf_widen_bf16(const uint16_t *p) { return la_bf16_to_f32(*p); }
+LA_INLINE la_vf vf_widen_f16(const uint16_t *p) { return la_f16_to_f32(*p); }
+LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x) { *p = la_f32_to_bf16(x); }
+LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x) { *p = la_f32_to_f16(x); }
+LA_INLINE la_vf vf_sigmoid(la_vf x)
+{
+    const float e = expf(-fabsf(x)), r = 1.0f / (1.0f + e);
+    return x >= 0.0f ? r : e * r;
+}
+LA_INLINE la_vf vf_softplus(la_vf x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
 
 #endif

@@ -4,6 +4,7 @@
 
 extern const la_additive_ops la_additive_scalar;
 extern const la_delta_ops la_delta_scalar;
+extern const la_stage_ops la_stage_scalar;
 
 /* One entry, for every CPU. Measured on Zen 4 (x86-64 baseline build, B=1,
  * H=8, dk = dv, T = 4096; 2048 at 256; two days' runs): the recurrent form
@@ -27,6 +28,7 @@ const la_table la_table_scalar = {
     .requires = 0,
     .additive = &la_additive_scalar,
     .delta = &la_delta_scalar,
+    .stage = &la_stage_scalar,
     .tuning = tuning_scalar,
     .ntuning = 1,
 };

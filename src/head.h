@@ -1,0 +1,38 @@
+/* Private: one (batch, value head) problem as every kernel of both families
+ * sees it, built by the drivers through the input stage (stage.h). All
+ * operands are float32: pointers already offset to (b, h) (q and k to the
+ * q/k head this value head reads); token t of q is q + t * q_ts (feature
+ * dimension contiguous), likewise k, v, o, for t < T. A driver may give a
+ * kernel a view of some of a head's tokens, so no kernel reads (or
+ * prefetches) a row at T or beyond. The gate of token t is g[t * g_ts]
+ * (LA_GATE_TOKEN, g_ts may be 0) or the dk floats at g + t * g_ts
+ * (LA_GATE_CHANNEL); beta of token t is beta[t * beta_ts]. */
+#ifndef LINATTN_HEAD_H
+#define LINATTN_HEAD_H
+
+#include <stdint.h>
+
+#include "gate.h"
+#include "linattn.h"
+
+typedef struct la_head {
+    int64_t T, dk, dv;
+    const float *q, *k, *v, *g, *beta; /* beta: delta rule only */
+    float *o;
+    int64_t q_ts, k_ts, v_ts, g_ts, beta_ts, o_ts;
+    float *s; /* [dk][dv], in/out, never NULL (zeroed by the driver if the user gave none) */
+    /* additive only: z [dk], NULL exactly when not normalising; zc the
+     * running compensation of z (Kahan), dk floats, in the token loop (the
+     * caller's with z_compensated), else NULL */
+    float *z, *zc;
+    /* delta recurrent_vfirst only: s is V-first, value column j is the dk
+     * floats at s + j * s_vld (a state pool's layout in vLLM, sglang, ggml) */
+    int64_t s_vld;
+    float scale; /* finite */
+    float eps;   /* additive: finite, >= 0 */
+    linattn_phi phi; /* the stage has applied it (IDENTITY) when it made q/k panels */
+    la_gate gate;
+    int64_t chunk; /* chunked: rows per chunk, >= 1 */
+} la_head;
+
+#endif

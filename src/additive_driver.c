@@ -33,11 +33,11 @@ static int64_t chunk_rows(int64_t T, int64_t t0, int64_t chunk)
     return T - t0 < chunk ? T - t0 : chunk;
 }
 
-/* The head problem of value head i = b * H + h, without its operands: the
- * input stage (stage.h) fills those in per block from the head's source. */
-static la_head head_at(const la_call *c, int64_t i)
+/* A head problem of the call without its operands or state: the input
+ * stage (stage.h) fills in the operands per block from the head's
+ * la_source, bind() the state. */
+static la_head head_base(const la_call *c)
 {
-    (void)i;
     return (la_head){
         .T = c->T,
         .dk = c->dk,
@@ -195,7 +195,7 @@ static void run_head(const head_job *j, int64_t i, int tid)
     unsigned char *mine = j->ws ? j->ws + j->w.total * (size_t)tid : stack;
     void *buf = mine + j->w.zero + j->w.zc;
     const la_source src = la_source_at(j->c, i);
-    la_head h = head_at(j->c, i);
+    la_head h = head_base(j->c);
     h.chunk = j->chunk;
     bind(&h, j->c, i, mine, &j->w);
     la_stage_reset(buf);
@@ -252,7 +252,7 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
 
     const head_ws hw = {.zero = j->w.zero};
     for (int64_t i = 0; i < heads; i++) {
-        la_head h = head_at(c, i);
+        la_head h = head_base(c);
         const la_source src = la_source_at(c, i);
         h.chunk = chunk;
         bind(&h, c, i, ws, &hw);
@@ -388,7 +388,7 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
     la_stage_reset(buf);
     for (int64_t g = 0; g < ng; g++) {
         la_head *h = HEAD(g);
-        *h = head_at(c, i0 + g);
+        *h = head_base(c);
         bind(h, c, i0 + g, mine + per_head * (size_t)g, &j->w);
         if (h->z && j->z_start)
             memcpy(ZZ(g), j->z_start + 2 * c->dk * (i0 + g), 2 * (size_t)c->dk * sizeof(float));

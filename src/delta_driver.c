@@ -124,14 +124,13 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
         }
     }
     /* block-major: the q/k panels of a block serve every member */
-    const delta_algo one = {j->a.chunked, j->a.chunk, j->a.block};
     for (int64_t t0 = 0; t0 < c->T; t0 += j->a.block) {
         const int64_t n = c->T - t0 < j->a.block ? c->T - t0 : j->a.block;
         for (int64_t m = 0; m < nm; m++) {
             const la_source blk = la_source_tokens(&src[m], t0, n);
             /* the memo keys on the block's rows: advancing both q and k by
              * t0 keeps members of one q/k head equal */
-            head_tokens(j->kern, c, &one, &blk, state[m], 0, j0, nj, stage_buf, kws);
+            head_tokens(j->kern, c, &j->a, &blk, state[m], 0, j0, nj, stage_buf, kws);
         }
     }
 }

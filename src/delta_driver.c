@@ -56,16 +56,25 @@ static size_t kernel_bytes(const la_kernels *kern, const la_call *c, const delta
                                    : kern->delta->recurrent_bytes(a->block, c->dk, nj));
 }
 
-/* Tokens [0, T) of one value head (source src, float state s) on columns
+/* Where a head's state is: float K-first (s), float V-first (s, s_vld), or
+ * bfloat16 K-first (s16, recurrent one-token calls). */
+typedef struct {
+    float *s;
+    int64_t s_vld;
+    uint16_t *s16;
+} head_state;
+
+/* Tokens [0, T) of one value head (source src, state st) on columns
  * [j0, j0 + nj), block by block through the stage. */
 static void head_tokens(const la_kernels *kern, const la_call *c, const delta_algo *a,
-                        const la_source *src, float *s, int64_t s_vld, int64_t j0, int64_t nj,
+                        const la_source *src, head_state st, int64_t j0, int64_t nj,
                         void *stage_buf, void *kws)
 {
+    const int64_t s_vld = st.s_vld;
     for (int64_t t0 = 0; t0 < src->T; t0 += a->block) {
         const int64_t n = src->T - t0 < a->block ? src->T - t0 : a->block;
-        la_head h = {.dk = c->dk, .dv = c->dv, .s = s, .s_vld = s_vld, .scale = c->scale,
-                     .chunk = a->chunk};
+        la_head h = {.dk = c->dk, .dv = c->dv, .s = st.s, .s_bf16 = st.s16, .s_vld = s_vld,
+                     .scale = c->scale, .chunk = a->chunk};
         la_stage_in(kern->stage, src, t0, n, stage_buf, &h);
         if (s_vld)
             kern->delta->recurrent_vfirst(&h, j0, nj, kws);
@@ -130,7 +139,8 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
             const la_source blk = la_source_tokens(&src[m], t0, n);
             /* the memo keys on the block's rows: advancing both q and k by
              * t0 keeps members of one q/k head equal */
-            head_tokens(j->kern, c, &j->a, &blk, state[m], 0, j0, nj, stage_buf, kws);
+            head_tokens(j->kern, c, &j->a, &blk, (head_state){state[m], 0, NULL}, j0, nj,
+                        stage_buf, kws);
         }
     }
 }
@@ -201,8 +211,8 @@ size_t la_delta_head_bytes(const la_kernels *kern, const la_call *c, int64_t nj)
     return la_size_add(la_size_up64(la_stage_bytes(&src, a.block)), kernel_bytes(kern, c, &a, nj));
 }
 
-static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj, float *s,
-                     int64_t ld, void *ws)
+static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
+                     head_state st, void *ws)
 {
     if (c->T < 1)
         return;
@@ -210,12 +220,12 @@ static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64
     const la_source src = la_source_at(c, 0);
     const size_t sb = la_size_up64(la_stage_bytes(&src, a.block));
     la_stage_reset(ws);
-    head_tokens(kern, c, &a, &src, s, ld, j0, nj, ws, (unsigned char *)ws + sb);
+    head_tokens(kern, c, &a, &src, st, j0, nj, ws, (unsigned char *)ws + sb);
 }
 
 void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj, void *ws)
 {
-    head_run(kern, c, j0, nj, c->s, 0, ws);
+    head_run(kern, c, j0, nj, (head_state){c->s, 0, NULL}, ws);
 }
 
 /* The same on a V-first state in place (value column j of the head at
@@ -229,5 +239,19 @@ int la_delta_head_recurrent(const la_kernels *kern, const la_call *c)
 void la_delta_head_run_vfirst(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                               float *s, int64_t ld, void *ws)
 {
-    head_run(kern, c, j0, nj, s, ld, ws);
+    head_run(kern, c, j0, nj, (head_state){s, ld, NULL}, ws);
+}
+
+/* A one-token recurrent call on a K-first bfloat16 state in place (row i
+ * of the head at s + i * dv): the sweep widens and rounds the state itself,
+ * so a decode step reads and writes 2 bytes per element, once. */
+int la_delta_head_bf16_in_place(const la_kernels *kern, const la_call *c)
+{
+    return c->T == 1 && !choose_algo(kern, c).chunked;
+}
+
+void la_delta_head_run_bf16(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
+                            uint16_t *s, void *ws)
+{
+    head_run(kern, c, j0, nj, (head_state){NULL, 0, s}, ws);
 }

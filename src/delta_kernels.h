@@ -67,6 +67,41 @@ LA_INLINE void delta_decays(const la_head *h, int64_t t, float *a)
 
 static int64_t round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
 
+/* n lanes (LA_VW or fewer, the rest 0) of the state at element off: float,
+ * or bfloat16 widened (bf16 is a constant at every call site). */
+LA_INLINE la_vf delta_state_load(const void *s, int64_t off, int64_t n, int bf16)
+{
+    if (!bf16)
+        return n >= LA_VW ? vf_load((const float *)s + off) : vf_loadn((const float *)s + off, n);
+    const uint16_t *p = (const uint16_t *)s + off;
+    if (n >= LA_VW)
+        return vf_widen_bf16(p);
+    uint16_t t[LA_VW] = {0};
+    memcpy(t, p, (size_t)n * sizeof *p);
+    return vf_widen_bf16(t);
+}
+
+/* The first n lanes of y into the state at element off (bfloat16: rounded
+ * to nearest even). */
+LA_INLINE void delta_state_store(void *s, int64_t off, la_vf y, int64_t n, int bf16)
+{
+    if (!bf16) {
+        if (n >= LA_VW)
+            vf_store((float *)s + off, y);
+        else
+            vf_storen((float *)s + off, y, n);
+        return;
+    }
+    uint16_t *p = (uint16_t *)s + off;
+    if (n >= LA_VW) {
+        vf_narrow_bf16(p, y);
+        return;
+    }
+    uint16_t t[LA_VW];
+    vf_narrow_bf16(t, y);
+    memcpy(p, t, (size_t)n * sizeof *p);
+}
+
 /* ---- recurrent ----------------------------------------------------------- */
 
 /* Features of one token: qh, kh, the decays a (a[0] for TOKEN), and kn =
@@ -93,10 +128,12 @@ LA_INLINE void delta_prepare(const la_head *h, int64_t t, float *f, int64_t dkp)
  * token). One sweep over the tile per token: row c is decayed and updated
  * for token t (S = L S + kh u^T), read out for t (o += S_c qh_c), and
  * already summed for token t+1 (acc += S_c kn_c): the state is read and
- * written once per token, and the accumulators stay in registers. */
-LA_INLINE void delta_tile_tokens(const la_head *h, float *s, const float *v0, float *o0,
+ * written once per token, and the accumulators stay in registers. s is
+ * float, or with bf16 bfloat16 widened on load and rounded on store (once
+ * per token; the driver uses it for one-token calls). */
+LA_INLINE void delta_tile_tokens(const la_head *h, void *s, const float *v0, float *o0,
                                  const float *f, int64_t dkp, int64_t t0, int64_t n, int nv,
-                                 int64_t wl, la_gate gate)
+                                 int64_t wl, la_gate gate, int bf16)
 {
     /* locals, not h->...: vector stores may alias anything, so fields read
      * through h would be reloaded after every store of the sweep. gate is a
@@ -108,12 +145,14 @@ LA_INLINE void delta_tile_tokens(const la_head *h, float *s, const float *v0, fl
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
 #define ST(p, x, y)                                                                               \
     ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
+#define SLD(row, x) delta_state_load(s, (row) + (x) * LA_VW, (x) == nv - 1 ? wl : LA_VW, bf16)
+#define SST(row, x, y) delta_state_store(s, (row) + (x) * LA_VW, (y), (x) == nv - 1 ? wl : LA_VW, bf16)
     for (int x = 0; x < nv; x++)
         acc[x] = vf_zero();
     for (int64_t c = 0; c < dk; c++) { /* S^T k of the first token */
         const la_vf kv = vf_set1(f[3 * dkp + c]);
         for (int x = 0; x < nv; x++)
-            acc[x] = vf_fma(LD(s + c * dv, x), kv, acc[x]);
+            acc[x] = vf_fma(SLD(c * dv, x), kv, acc[x]);
     }
     for (int64_t i = 0; i < n; i++) {
         const int64_t t = t0 + i;
@@ -133,11 +172,11 @@ LA_INLINE void delta_tile_tokens(const la_head *h, float *s, const float *v0, fl
         const la_vf kv = vf_set1(kh[c]), qv = vf_set1(qh[c]);                                     \
         const la_vf av = gate == LA_GATE_CHANNEL ? vf_set1(a[c]) : at;                           \
         const la_vf nk = vf_set1(NEXT ? kn[c] : 0.0f);                                            \
-        float *sr = s + c * dv;                                                                   \
+        const int64_t sr = c * dv;                                                                \
         for (int x = 0; x < nv; x++) {                                                            \
-            const la_vf old = LD(sr, x);                                                          \
+            const la_vf old = SLD(sr, x);                                                         \
             const la_vf y = vf_fma(kv, u[x], gate == LA_GATE_NONE ? old : vf_mul(av, old));      \
-            ST(sr, x, y);                                                                         \
+            SST(sr, x, y);                                                                        \
             out[x] = vf_fma(y, qv, out[x]);                                                       \
             if (NEXT)                                                                             \
                 acc[x] = vf_fma(y, nk, acc[x]);                                                   \
@@ -155,6 +194,8 @@ LA_INLINE void delta_tile_tokens(const la_head *h, float *s, const float *v0, fl
     }
 #undef LD
 #undef ST
+#undef SLD
+#undef SST
 }
 
 /* A unit of work is up to 128 value columns (several register tiles), so
@@ -174,11 +215,31 @@ static size_t delta_recurrent_bytes(int64_t T, int64_t dk, int64_t nj)
                                       la_size_of_dim(round_vw(dk))));
 }
 
-/* A whole tile (constant width: no masked accesses) under a constant gate. */
-LA_INLINE void delta_tile_whole(const la_head *h, float *s, const float *v, float *o,
-                                const float *f, int64_t dkp, int64_t t0, int64_t n, la_gate gate)
+/* A whole tile (constant width: no masked accesses) under a constant gate
+ * and state type. */
+LA_INLINE void delta_tile_whole(const la_head *h, void *s, const float *v, float *o,
+                                const float *f, int64_t dkp, int64_t t0, int64_t n, la_gate gate,
+                                int bf16)
 {
-    delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, LA_VW, gate);
+    delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, LA_VW, gate, bf16);
+}
+
+/* One sweep function per gate and state type for whole tiles; ragged ones
+ * (dv not a multiple of the tile, narrowed tiles) read the gate. */
+static void delta_tile_dispatch(const la_head *h, void *s, const float *v, float *o,
+                                const float *f, int64_t dkp, int64_t t0, int64_t n, int nv,
+                                int64_t wl, int bf16)
+{
+#define DELTA_TOKENS(k) delta_tile_tokens(h, s, v, o, f, dkp, t0, n, k, wl, h->gate, bf16)
+    if (nv < LA_DELTA_NV || wl < LA_VW)
+        LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_TOKENS);
+    else if (h->gate == LA_GATE_NONE)
+        delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_NONE, bf16);
+    else if (h->gate == LA_GATE_TOKEN)
+        delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_TOKEN, bf16);
+    else
+        delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_CHANNEL, bf16);
+#undef DELTA_TOKENS
 }
 
 static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
@@ -193,20 +254,13 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
             const int64_t width = j0 + nj - jb < DELTA_TILE ? j0 + nj - jb : DELTA_TILE;
             const int nv = (int)((width + LA_VW - 1) / LA_VW);
             const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
-            float *s = h->s + jb, *o = h->o + jb;
+            float *o = h->o + jb;
             const float *v = h->v + jb;
-            /* whole tiles: one sweep per gate (see delta_tile_tokens); ragged
-             * ones (dv not a multiple of the tile, narrowed tiles) read it */
-#define DELTA_TOKENS(k) delta_tile_tokens(h, s, v, o, f, dkp, t0, n, k, wl, h->gate)
-            if (nv < LA_DELTA_NV || wl < LA_VW)
-                LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_TOKENS);
-            else if (h->gate == LA_GATE_NONE)
-                delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_NONE);
-            else if (h->gate == LA_GATE_TOKEN)
-                delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_TOKEN);
+            /* (whole-tile sweeps instantiated per gate: see delta_tile_tokens) */
+            if (h->s_bf16)
+                delta_tile_dispatch(h, h->s_bf16 + jb, v, o, f, dkp, t0, n, nv, wl, 1);
             else
-                delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_CHANNEL);
-#undef DELTA_TOKENS
+                delta_tile_dispatch(h, h->s + jb, v, o, f, dkp, t0, n, nv, wl, 0);
         }
     }
 }

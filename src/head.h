@@ -21,6 +21,10 @@ typedef struct la_head {
     float *o;
     int64_t q_ts, k_ts, v_ts, g_ts, beta_ts, o_ts;
     float *s; /* [dk][dv], in/out, never NULL (zeroed by the driver if the user gave none) */
+    /* delta recurrent only: when not NULL the state is here instead, [dk][dv]
+     * bfloat16, widened as read and rounded as written (once per token: the
+     * driver gives it one-token calls, so a decode step rounds it once) */
+    uint16_t *s_bf16;
     /* additive only: z [dk], NULL exactly when not normalising; zc the
      * running compensation of z (Kahan), dk floats, in the token loop (the
      * caller's with z_compensated), else NULL */

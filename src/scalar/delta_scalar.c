@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../half.h"
 #include "../table.h"
 
 static float phi_scalar(linattn_phi phi, float x)
@@ -36,11 +37,14 @@ static int64_t tile_columns_scalar(int64_t dk, int64_t dv)
     return 64;
 }
 
+/* qh, kh, a [dk]; u, acc [nj]; a float copy of a bfloat16 state's tile
+ * [dk][nj] */
 static size_t recurrent_bytes_scalar(int64_t T, int64_t dk, int64_t nj)
 {
     (void)T;
-    return la_size_floats(la_size_add(la_size_mul(3, la_size_of_dim(dk)),
-                                      la_size_mul(2, la_size_of_dim(nj))));
+    const size_t d = la_size_of_dim(dk), n = la_size_of_dim(nj);
+    return la_size_floats(la_size_add(la_size_add(la_size_mul(3, d), la_size_mul(2, n)),
+                                      la_size_mul(d, n)));
 }
 
 /* a[i]: the decay of key row i at token t. */
@@ -56,8 +60,15 @@ static void row_decays(const la_head *h, int64_t t, float *a)
  * u = beta (v - S^T kh); pass 2 adds kh u^T and accumulates S^T qh. */
 static void recurrent_scalar(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
-    const int64_t dk = h->dk, dv = h->dv;
+    const int64_t dk = h->dk;
     float *qh = ws, *kh = qh + dk, *a = kh + dk, *u = a + dk, *acc = u + nj;
+    /* the tile as floats: the state itself, or a bfloat16 state widened
+     * into the workspace (rounded back per token, as the SIMD tables do) */
+    float *S = h->s_bf16 ? acc + nj : h->s + j0;
+    const int64_t ld = h->s_bf16 ? nj : h->dv;
+    for (int64_t i = 0; h->s_bf16 && i < dk; i++)
+        for (int64_t j = 0; j < nj; j++)
+            S[i * ld + j] = la_bf16_to_f32(h->s_bf16[i * h->dv + j0 + j]);
     for (int64_t t = 0; t < h->T; t++) {
         features(h, h->q + t * h->q_ts, h->scale, qh);
         features(h, h->k + t * h->k_ts, 1.0f, kh);
@@ -67,7 +78,7 @@ static void recurrent_scalar(const la_head *h, int64_t j0, int64_t nj, void *ws)
         float *o = h->o + t * h->o_ts + j0;
         memset(u, 0, (size_t)nj * sizeof(float));
         for (int64_t i = 0; i < dk; i++) {
-            float *srow = h->s + i * dv + j0;
+            float *srow = S + i * ld;
             for (int64_t j = 0; j < nj; j++) {
                 srow[j] *= a[i];
                 u[j] = fmaf(srow[j], kh[i], u[j]);
@@ -77,14 +88,19 @@ static void recurrent_scalar(const la_head *h, int64_t j0, int64_t nj, void *ws)
             u[j] = beta * (v[j] - u[j]);
         memset(acc, 0, (size_t)nj * sizeof(float));
         for (int64_t i = 0; i < dk; i++) {
-            float *srow = h->s + i * dv + j0;
+            float *srow = S + i * ld;
             for (int64_t j = 0; j < nj; j++) {
                 srow[j] = fmaf(kh[i], u[j], srow[j]);
                 acc[j] = fmaf(srow[j], qh[i], acc[j]);
+                if (h->s_bf16) /* stored as the SIMD sweep stores it, after o read it */
+                    srow[j] = la_bf16_to_f32(la_f32_to_bf16(srow[j]));
             }
         }
         memcpy(o, acc, (size_t)nj * sizeof(float));
     }
+    for (int64_t i = 0; h->s_bf16 && i < dk; i++)
+        for (int64_t j = 0; j < nj; j++)
+            h->s_bf16[i * h->dv + j0 + j] = la_f32_to_bf16(S[i * ld + j]);
 }
 
 /* The same on a V-first state (column j: the dk floats at s + j * s_vld),

@@ -1260,13 +1260,12 @@ START_TEST(dtype_bad_input_writes_nothing)
         f.beta[(0 * DH + 0) * DT + 1] = 0xb800;
         sub = "beta[b=0,h=0,t=1]";
         break;
-    case 28: /* a state pool of float16 states: refused as well */
+    case 28: /* a float16 state on a step as well */
         cfg->dtype.s = LINATTN_F16, f.op = LINATTN_OP_DELTA_STEP, sub = "cfg->dtype.s";
         break;
     }
     char what[64];
     snprintf(what, sizeof what, "dtype case %d (%s)", c, sub);
-    /* the untouched fixture is a good call (checked on a copy of o/s) */
     dt_expect(&f, want, sub, what);
     dt_teardown(&f);
 }

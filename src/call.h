@@ -14,6 +14,17 @@
 
 typedef enum { LA_FAMILY_ADDITIVE, LA_FAMILY_DELTA } la_family;
 
+/* The config as 0.2.0 and 0.3.0 released it ended with z_compensated, where
+ * 0.4.0's dtype begins (LA_CONFIG_V2_END). A caller of those versions
+ * passes that layout's sizeof: the end rounded up to the struct's
+ * alignment (264, not 260, on LP64), whose tail padding lies where dtype
+ * is now. Both sizes are accepted; only the bytes before dtype are read. */
+#define LA_CONFIG_V2_END offsetof(linattn_config, dtype)
+#define LA_CONFIG_V2_SIZEOF                                                                       \
+    ((LA_CONFIG_V2_END + _Alignof(linattn_config) - 1) / _Alignof(linattn_config) *              \
+     _Alignof(linattn_config))
+#define LA_IS_CONFIG_V2_SIZE(n) ((n) == LA_CONFIG_V2_END || (n) == LA_CONFIG_V2_SIZEOF)
+
 typedef struct la_call {
     la_family family;
     int step; /* one token per (b, h): T = 1, token strides 0 */

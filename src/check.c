@@ -20,13 +20,13 @@
 /* The config as released in 0.1.0 ended with the g strides; 0.2.0 and
  * 0.3.0 with z_compensated. */
 #define CONFIG_V1_SIZE (offsetof(linattn_config, g) + sizeof(linattn_strides))
-#define CONFIG_V2_SIZE offsetof(linattn_config, dtype)
+#define CONFIG_V2_SIZE LA_CONFIG_V2_SIZEOF
 
 static linattn_status read_config(linattn_config *out, const linattn_config *cfg)
 {
     /* Only the sizes of released layouts: a size between them would cut a
      * field in two. */
-    if (cfg->struct_size != CONFIG_V1_SIZE && cfg->struct_size != CONFIG_V2_SIZE &&
+    if (cfg->struct_size != CONFIG_V1_SIZE && !LA_IS_CONFIG_V2_SIZE(cfg->struct_size) &&
         cfg->struct_size != sizeof *cfg)
         return la_fail(LINATTN_E_ARG,
                        "cfg->struct_size = %zu: expected %zu (or %zu for a 0.2/0.3 caller, %zu "
@@ -36,7 +36,7 @@ static linattn_status read_config(linattn_config *out, const linattn_config *cfg
     /* Fields an older caller does not have keep linattn_config_init's
      * defaults (all zero except the beta strides, which no 0.1 call reads). */
     memset(out, 0, sizeof *out);
-    memcpy(out, cfg, cfg->struct_size);
+    memcpy(out, cfg, LA_IS_CONFIG_V2_SIZE(cfg->struct_size) ? LA_CONFIG_V2_END : cfg->struct_size);
     return LINATTN_OK;
 }
 
@@ -129,7 +129,7 @@ static linattn_status check_scalars(const linattn_config *cfg, size_t user_size,
         return la_fail(LINATTN_E_ARG,
                        "cfg->qk_heads = %lld: must be 0 (= heads) or divide heads = %lld",
                        (long long)cfg->qk_heads, (long long)cfg->heads);
-    if (family == LA_FAMILY_DELTA && user_size < sizeof(linattn_config))
+    if (family == LA_FAMILY_DELTA && user_size == CONFIG_V1_SIZE)
         return la_fail(LINATTN_E_ARG,
                        "cfg->struct_size = %zu is the 0.1 config, which has no beta strides: "
                        "the delta rule needs a config from linattn_config_init",

@@ -17,7 +17,7 @@
 
 /* The 0.3.0 layouts, which ended before the 0.4.0 fields. */
 #define OPERANDS_V3_SIZE offsetof(linattn_operands, A_log)
-#define CONFIG_V3_SIZE offsetof(linattn_config, dtype)
+#define CONFIG_V3_SIZE LA_CONFIG_V2_SIZEOF /* 0.2's layout (call.h) */
 
 linattn_status la_run_args(const linattn_config *cfg, const linattn_operands *ops,
                            la_run_arg_copy *copy, const linattn_config **cfg_out,
@@ -33,7 +33,7 @@ linattn_status la_run_args(const linattn_config *cfg, const linattn_operands *op
                        "ops->struct_size = %zu, expected %zu (or %zu for a 0.3 caller): fill "
                        "ops with linattn_operands_init",
                        ops->struct_size, sizeof *ops, (size_t)OPERANDS_V3_SIZE);
-    if (cfg->struct_size != sizeof *cfg && cfg->struct_size != CONFIG_V3_SIZE)
+    if (cfg->struct_size != sizeof *cfg && !LA_IS_CONFIG_V2_SIZE(cfg->struct_size))
         return la_fail(LINATTN_E_ARG,
                        "cfg->struct_size = %zu, expected %zu (or %zu for a 0.3 caller): fill "
                        "cfg with linattn_config_init",
@@ -47,7 +47,7 @@ linattn_status la_run_args(const linattn_config *cfg, const linattn_operands *op
     }
     if (cfg->struct_size != sizeof *cfg) {
         memset(&copy->cfg, 0, sizeof copy->cfg);
-        memcpy(&copy->cfg, cfg, cfg->struct_size);
+        memcpy(&copy->cfg, cfg, LA_CONFIG_V2_END); /* not the tail padding */
         copy->cfg.struct_size = sizeof copy->cfg;
         *cfg_out = &copy->cfg;
     }

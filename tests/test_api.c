@@ -1060,6 +1060,357 @@ START_TEST(delta_fuzzer_findings)
 }
 END_TEST
 
+/* ---- 0.4.0 fields: dtypes and the input stage's activations ------------- */
+
+/* bfloat16 of a float, truncated (the values below are exact in bf16) */
+static uint16_t bf16_of(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+enum { DB = 2, DH = 2, DT = 6, DDK = 5, DDV = 4 };
+
+/* A linattn_run call of either family with every 0.4.0 field in use:
+ * bf16 q, k, v, beta, o and state, a token or channel gate from raw
+ * projections (softplus, A_log, dt_bias), beta from logits (delta). */
+typedef struct {
+    problem mem;
+    linattn_config cfg;
+    linattn_operands ops;
+    linattn_op op;
+    uint16_t *q, *k, *v, *beta, *o, *s;
+    float *g, *z, *A_log, *dt_bias;
+    void *o_copy, *s_copy, *z_copy;
+    size_t o_bytes, s_bytes, z_bytes;
+} dt_fixture;
+
+static uint16_t *guarded_halves(problem *mem, size_t n)
+{
+    return (uint16_t *)(void *)guarded_floats(mem, (n + 1) / 2, 0);
+}
+
+static void dt_setup(dt_fixture *f, int delta, linattn_gate gate)
+{
+    memset(f, 0, sizeof *f);
+    linattn_config *c = &f->cfg;
+    linattn_config_init(c, DB, DH, DT, DDK, DDV);
+    c->normalize = !delta;
+    c->qk_l2norm = delta;
+    c->phi = delta ? LINATTN_PHI_IDENTITY : LINATTN_PHI_ELU1;
+    linattn_config_set_gate(c, gate);
+    c->dtype = (linattn_dtypes){LINATTN_BF16, LINATTN_BF16, LINATTN_BF16, LINATTN_BF16,
+                                LINATTN_BF16, LINATTN_BF16};
+    c->gate_act = gate == LINATTN_GATE_TOKEN || gate == LINATTN_GATE_CHANNEL
+                      ? LINATTN_GATE_ACT_SOFTPLUS
+                      : LINATTN_GATE_ACT_NONE;
+    c->gate_lower_bound = -5.0f;
+    c->beta_act = delta ? LINATTN_BETA_ACT_SIGMOID : LINATTN_BETA_ACT_NONE;
+    f->op = delta ? LINATTN_OP_DELTA_FORWARD : LINATTN_OP_FORWARD;
+    const size_t nqk = DB * DH * DT * DDK, nv = DB * DH * DT * DDV, nb = DB * DH * DT;
+    const size_t ns = DB * DH * DDK * DDV, nz = DB * DH * DDK;
+    f->q = guarded_halves(&f->mem, nqk);
+    f->k = guarded_halves(&f->mem, nqk);
+    f->v = guarded_halves(&f->mem, nv);
+    f->o = guarded_halves(&f->mem, nv);
+    f->s = guarded_halves(&f->mem, ns);
+    for (size_t i = 0; i < nqk; i++)
+        f->q[i] = bf16_of(rand_uniform(-1, 1)), f->k[i] = bf16_of(rand_uniform(-1, 1));
+    for (size_t i = 0; i < nv; i++)
+        f->v[i] = bf16_of(rand_uniform(-1, 1)), f->o[i] = 0x1234;
+    for (size_t i = 0; i < ns; i++)
+        f->s[i] = bf16_of(rand_uniform(-1, 1));
+    if (delta) {
+        f->beta = guarded_halves(&f->mem, nb);
+        for (size_t i = 0; i < nb; i++)
+            f->beta[i] = bf16_of(rand_uniform(-3, 3));
+    } else {
+        f->z = guarded_floats(&f->mem, nz, 0);
+        for (size_t i = 0; i < nz; i++)
+            f->z[i] = rand_uniform(0.5f, 1.5f);
+    }
+    const size_t ng = gate == LINATTN_GATE_NONE    ? 0
+                      : gate == LINATTN_GATE_HEAD  ? DH
+                      : gate == LINATTN_GATE_TOKEN ? nb
+                                                   : nb * DDK;
+    if (ng) {
+        f->g = guarded_floats(&f->mem, ng, 0);
+        for (size_t i = 0; i < ng; i++)
+            f->g[i] = rand_uniform(-3, gate == LINATTN_GATE_HEAD ? 0.0f : 3.0f);
+    }
+    const size_t nbias = gate == LINATTN_GATE_CHANNEL ? DH * DDK : DH;
+    f->A_log = guarded_floats(&f->mem, DH, 0);
+    f->dt_bias = guarded_floats(&f->mem, nbias, 0);
+    for (size_t i = 0; i < DH; i++)
+        f->A_log[i] = rand_uniform(-1, 1);
+    for (size_t i = 0; i < nbias; i++)
+        f->dt_bias[i] = rand_uniform(-1, 1);
+    linattn_operands_init(&f->ops);
+    f->ops.q = f->q, f->ops.k = f->k, f->ops.v = f->v, f->ops.g = f->g, f->ops.beta = f->beta;
+    f->ops.o = f->o, f->ops.s = f->s, f->ops.z = f->z;
+    f->ops.A_log = f->A_log, f->ops.dt_bias = f->dt_bias;
+    f->o_bytes = nv * 2, f->s_bytes = ns * 2, f->z_bytes = f->z ? nz * sizeof(float) : 0;
+    f->o_copy = malloc(f->o_bytes), f->s_copy = malloc(f->s_bytes);
+    f->z_copy = malloc(f->z_bytes ? f->z_bytes : 1);
+    memcpy(f->o_copy, f->o, f->o_bytes);
+    memcpy(f->s_copy, f->s, f->s_bytes);
+    if (f->z)
+        memcpy(f->z_copy, f->z, f->z_bytes);
+}
+
+static void dt_teardown(dt_fixture *f)
+{
+    free(f->o_copy), free(f->s_copy), free(f->z_copy);
+    problem_free(&f->mem);
+}
+
+static void dt_untouched(const dt_fixture *f, const char *what)
+{
+    ck_assert_msg(memcmp(f->o_copy, f->o, f->o_bytes) == 0, "%s: o written", what);
+    ck_assert_msg(memcmp(f->s_copy, f->s, f->s_bytes) == 0, "%s: s written", what);
+    ck_assert_msg(!f->z || memcmp(f->z_copy, f->z, f->z_bytes) == 0, "%s: z written", what);
+}
+
+/* linattn_run and linattn_plan_create refuse the call with this status and
+ * a message containing sub; nothing is written. */
+static void dt_expect(dt_fixture *f, linattn_status want, const char *sub, const char *what)
+{
+    linattn_status st = linattn_run(f->op, &f->cfg, &f->ops);
+    ck_assert_msg(st == want, "%s: linattn_run returned %d (%s), want %d", what, (int)st,
+                  linattn_last_error(), (int)want);
+    ck_assert_msg(strstr(linattn_last_error(), sub) != NULL,
+                  "%s: linattn_last_error() = \"%s\" does not mention \"%s\"", what,
+                  linattn_last_error(), sub);
+    dt_untouched(f, what);
+    linattn_plan *plan = NULL;
+    st = linattn_plan_create(&plan, f->op, &f->cfg, &f->ops);
+    ck_assert_msg(st == want, "%s: linattn_plan_create returned %d, want %d", what, (int)st,
+                  (int)want);
+    ck_assert_msg(strstr(linattn_last_error(), sub) != NULL, "%s: plan: \"%s\"", what,
+                  linattn_last_error());
+    if (st == LINATTN_OK)
+        linattn_plan_destroy(plan);
+}
+
+/* One bad 0.4.0 field per case: family, gate, the change, what is named. */
+START_TEST(dtype_bad_input_writes_nothing)
+{
+    const int c = _i;
+    int delta = 1;
+    linattn_gate gate = LINATTN_GATE_TOKEN;
+    if (c == 7 || c == 14 || c == 17)
+        delta = 0;
+    if (c == 7)
+        gate = LINATTN_GATE_NONE;
+    if (c == 8)
+        gate = LINATTN_GATE_HEAD;
+    if (c == 20 || c == 22)
+        gate = LINATTN_GATE_CHANNEL;
+    dt_fixture f;
+    dt_setup(&f, delta, gate);
+    linattn_config *cfg = &f.cfg;
+    linattn_status want = LINATTN_E_ARG;
+    const char *sub = NULL;
+    static const char *const tnames[] = {"cfg->dtype.q", "cfg->dtype.k", "cfg->dtype.v",
+                                         "cfg->dtype.beta", "cfg->dtype.o", "cfg->dtype.s"};
+    switch (c) {
+    case 0: case 1: case 2: case 3: case 4: case 5: {
+        linattn_dtype *t[] = {&cfg->dtype.q, &cfg->dtype.k, &cfg->dtype.v,
+                              &cfg->dtype.beta, &cfg->dtype.o, &cfg->dtype.s};
+        *t[c] = (linattn_dtype)(3 + c);
+        sub = tnames[c];
+        break;
+    }
+    case 6: cfg->dtype.s = LINATTN_F16, sub = "cfg->dtype.s"; break;
+    case 7: cfg->gate_act = LINATTN_GATE_ACT_SOFTPLUS, sub = "cfg->gate_act"; break;
+    case 8: cfg->gate_act = LINATTN_GATE_ACT_BOUNDED_SIGMOID, sub = "cfg->gate_act"; break;
+    case 9: cfg->gate_act = (linattn_gate_act)7, sub = "cfg->gate_act"; break;
+    case 10: case 11: case 12: case 13: {
+        static const float bounds[] = {0.0f, 0.5f, NAN, -INFINITY};
+        cfg->gate_act = LINATTN_GATE_ACT_BOUNDED_SIGMOID;
+        cfg->gate_lower_bound = bounds[c - 10];
+        sub = "cfg->gate_lower_bound";
+        break;
+    }
+    case 14: cfg->beta_act = LINATTN_BETA_ACT_SIGMOID, sub = "cfg->beta_act"; break;
+    case 15: cfg->beta_act = (linattn_beta_act)5, sub = "cfg->beta_act"; break;
+    case 16: f.ops.A_log = NULL, want = LINATTN_E_NULL, sub = "A_log"; break;
+    case 17: f.A_log[1] = 88.5f, sub = "A_log[1]"; break;
+    case 18: f.A_log[0] = NAN, sub = "A_log[0]"; break;
+    case 19: f.dt_bias[1] = NAN, sub = "dt_bias[1]"; break;
+    case 20: f.dt_bias[1 * DDK + 2] = INFINITY, sub = "dt_bias[h=1,c=2]"; break;
+    case 21: f.g[(1 * DH + 0) * DT + 3] = NAN, sub = "g[b=1,h=0,t=3]"; break;
+    case 22: f.g[((0 * DH + 1) * DT + 2) * DDK + 4] = INFINITY, sub = "g[b=0,h=1,t=2,c=4]"; break;
+    case 23: f.g[(0 * DH + 1) * DT + 5] = -INFINITY, sub = "g[b=0,h=1,t=5]"; break;
+    case 24: f.beta[(0 * DH + 1) * DT + 2] = 0x7fc0, sub = "beta[b=0,h=1,t=2]"; break;
+    case 25: f.beta[(1 * DH + 1) * DT + 5] = 0xff80, sub = "beta[b=1,h=1,t=5]"; break;
+    case 26: /* values, not logits: [0, 2] */
+        cfg->beta_act = LINATTN_BETA_ACT_NONE;
+        for (int i = 0; i < DB * DH * DT; i++)
+            f.beta[i] = bf16_of(0.5f);
+        f.beta[(1 * DH + 0) * DT + 4] = bf16_of(2.5f);
+        sub = "beta[b=1,h=0,t=4]";
+        break;
+    case 27: /* float16 values: 0.5 = 0x3800, -0.5 = 0xb800 */
+        cfg->beta_act = LINATTN_BETA_ACT_NONE;
+        cfg->dtype.beta = LINATTN_F16;
+        for (int i = 0; i < DB * DH * DT; i++)
+            f.beta[i] = 0x3800;
+        f.beta[(0 * DH + 0) * DT + 1] = 0xb800;
+        sub = "beta[b=0,h=0,t=1]";
+        break;
+    case 28: /* a float16 state on a step as well */
+        cfg->dtype.s = LINATTN_F16, f.op = LINATTN_OP_DELTA_STEP, sub = "cfg->dtype.s";
+        break;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "dtype case %d (%s)", c, sub);
+    dt_expect(&f, want, sub, what);
+    dt_teardown(&f);
+}
+END_TEST
+enum { N_DTYPE_CASES = 29 };
+
+/* The fixture itself is a good call for every family and gate. */
+START_TEST(dtype_fixture_is_good)
+{
+    for (int delta = 0; delta <= 1; delta++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+            dt_fixture f;
+            dt_setup(&f, delta, (linattn_gate)gate);
+            ck_assert_msg(linattn_run(f.op, &f.cfg, &f.ops) == LINATTN_OK, "%s",
+                          linattn_last_error());
+            ck_assert_success();
+            dt_teardown(&f);
+        }
+}
+END_TEST
+
+/* The four float32 calls refuse any dtype or activation field, naming it,
+ * and write nothing. */
+START_TEST(float32_calls_refuse_dtype_fields)
+{
+    for (int field = 0; field < 5; field++)
+        for (int call = 0; call < 4; call++) {
+            guarded_call c;
+            bad_setup(&c, LINATTN_GATE_TOKEN);
+            linattn_config cfg = c.p.cfg;
+            float *beta = guarded_floats(&c.p, BB * BH * BT, 0);
+            for (int i = 0; i < BB * BH * BT; i++)
+                beta[i] = 0.5f;
+            switch (field) {
+            case 0: cfg.dtype.q = LINATTN_BF16; break;
+            case 1: cfg.dtype.o = LINATTN_F16; break;
+            case 2: cfg.dtype.s = LINATTN_BF16; break;
+            case 3: cfg.gate_act = LINATTN_GATE_ACT_SOFTPLUS; break;
+            default: cfg.beta_act = LINATTN_BETA_ACT_SIGMOID;
+            }
+            linattn_status st;
+            if (call >= 2)
+                cfg.normalize = 0;
+            switch (call) {
+            case 0: st = linattn_forward(&cfg, c.p.q, c.p.k, c.p.v, c.p.g, c.p.o, c.p.s, c.p.z); break;
+            case 1: st = linattn_step(&cfg, c.p.q, c.p.k, c.p.v, c.p.g, c.p.o, c.p.s, c.p.z); break;
+            case 2:
+                st = linattn_delta_forward(&cfg, c.p.q, c.p.k, c.p.v, c.p.g, beta, c.p.o, c.p.s);
+                break;
+            default:
+                st = linattn_delta_step(&cfg, c.p.q, c.p.k, c.p.v, c.p.g, beta, c.p.o, c.p.s);
+            }
+            ck_assert_msg(st == LINATTN_E_ARG, "field %d call %d: %d", field, call, (int)st);
+            ck_assert_error_has(field <= 2 ? "cfg->dtype" : field == 3 ? "gate_act" : "beta_act");
+            ck_assert_error_has("linattn_run");
+            check_untouched(&c, "float32 call with a dtype field");
+            bad_teardown(&c);
+        }
+}
+END_TEST
+
+/* A 0.3 caller's linattn_config and linattn_operands through linattn_run
+ * (and the config through the float32 calls): OK, the float32 defaults,
+ * bitwise the same as the current structs. The 0.3 config's sizeof is the
+ * end of z_compensated rounded up to 8 (264 on LP64): its 4 bytes of tail
+ * padding lie where dtype is now, and are filled with 0xff here so a
+ * library that read them would refuse the call (found by this test: 0.4.0
+ * first accepted only the unpadded 260). The operands end on an int64.
+ * Each struct ends at a guard page. */
+START_TEST(structs_from_0_3_caller)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t cfg_end = offsetof(linattn_config, dtype);
+    const size_t cfg_sizeof = (cfg_end + 7) / 8 * 8; /* the 0.3 sizeof */
+    const size_t ops_size = offsetof(linattn_operands, A_log);
+    unsigned char *map =
+        mmap(NULL, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(map, MAP_FAILED);
+    ck_assert_int_eq(mprotect(map + page, page, PROT_NONE), 0);
+    ck_assert_int_eq(mprotect(map + 3 * page, page, PROT_NONE), 0);
+    linattn_config *old_cfg = (linattn_config *)(void *)(map + page - cfg_sizeof);
+    linattn_operands *old_ops = (linattn_operands *)(void *)(map + 3 * page - ops_size);
+    ck_assert_uint_eq(ops_size % 8, 0);
+    for (int delta = 0; delta <= 1; delta++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int sz = 0; sz <= 1; sz++) {
+                const size_t cfg_size = sz ? cfg_sizeof : cfg_end;
+                spec sp = spec_default(2, 3, 11, 6, 5);
+                sp.gate = (linattn_gate)gate;
+                sp.with_state = 1;
+                sp.normalize = !delta;
+                sp.g_lo = -1.0f, sp.g_hi = -0.01f;
+                problem p;
+                problem_make(&p, &sp);
+                float *beta = guarded_floats(&p, 2 * 3 * 11, 0);
+                for (int i = 0; i < 2 * 3 * 11; i++)
+                    beta[i] = rand_uniform(0, 1);
+                const size_t no = 2 * 3 * 11 * 5, ns = 2 * 3 * 6 * 5, nz = 2 * 3 * 6;
+                const linattn_op op = delta ? LINATTN_OP_DELTA_FORWARD : LINATTN_OP_FORWARD;
+                linattn_operands ops;
+                linattn_operands_init(&ops);
+                ops.q = p.q, ops.k = p.k, ops.v = p.v, ops.g = p.g;
+                ops.beta = delta ? beta : NULL;
+                ops.o = p.o, ops.s = p.s, ops.z = delta ? NULL : p.z;
+                ck_assert_int_eq(linattn_run(op, &p.cfg, &ops), LINATTN_OK);
+                float *o_ref = snapshot(p.o, no), *s_ref = snapshot(p.s, ns),
+                      *z_ref = snapshot(p.z, nz);
+                memset(old_cfg, 0xff, cfg_sizeof);
+                memcpy(old_cfg, &p.cfg, cfg_end);
+                old_cfg->struct_size = cfg_size;
+                memcpy(old_ops, &ops, ops_size);
+                old_ops->struct_size = ops_size;
+                for (int entry = 0; entry <= 1; entry++) {
+                    memcpy(p.s, p.s_init, ns * sizeof(float));
+                    memcpy(p.z, p.z_init, nz * sizeof(float));
+                    for (size_t i = 0; i < no; i++)
+                        p.o[i] = NAN;
+                    const linattn_status st =
+                        entry == 0 ? linattn_run(op, old_cfg, old_ops)
+                        : delta    ? linattn_delta_forward(old_cfg, p.q, p.k, p.v, p.g, beta, p.o,
+                                                           p.s)
+                                   : linattn_forward(old_cfg, p.q, p.k, p.v, p.g, p.o, p.s, p.z);
+                    ck_assert_msg(st == LINATTN_OK, "0.3 config of %zu bytes, %s: %s", cfg_size,
+                                  entry ? "float32 call" : "linattn_run", linattn_last_error());
+                    ck_assert_success();
+                    ck_assert_msg(same_bytes(o_ref, p.o, no) && same_bytes(s_ref, p.s, ns) &&
+                                      same_bytes(z_ref, p.z, nz),
+                                  "0.3 structs, %s gate %s: result differs",
+                                  delta ? "delta" : "additive", gate_names[gate]);
+                }
+                /* sizes between the releases are refused */
+                old_ops->struct_size = ops_size + 8;
+                ck_assert_int_eq(linattn_run(op, old_cfg, old_ops), LINATTN_E_ARG);
+                ck_assert_error_has("ops->struct_size");
+                old_ops->struct_size = ops_size;
+                old_cfg->struct_size = cfg_end - 4;
+                ck_assert_int_eq(linattn_run(op, old_cfg, old_ops), LINATTN_E_ARG);
+                ck_assert_error_has("cfg->struct_size");
+                free(o_ref), free(s_ref), free(z_ref);
+                problem_free(&p);
+            }
+    munmap(map, 4 * page);
+}
+END_TEST
+
 static Suite *api_suite(void)
 {
     Suite *s = suite_create("api");
@@ -1072,12 +1423,16 @@ static Suite *api_suite(void)
     tcase_add_test(bad, uninitialised_config_named);
     tcase_add_test(bad, last_error_is_thread_local);
     tcase_add_test(bad, interleaved_o_is_rejected);
+    tcase_add_test(bad, dtype_fixture_is_good);
+    tcase_add_loop_test(bad, dtype_bad_input_writes_nothing, 0, N_DTYPE_CASES);
+    tcase_add_test(bad, float32_calls_refuse_dtype_fields);
     suite_add_tcase(s, bad);
 
     TCase *ignored = tcase_create("ignored_fields");
     tcase_add_test(ignored, step_ignores_seq_len_and_token_strides);
     tcase_add_test(ignored, forward_ignores_unused_g_strides);
     tcase_add_test(ignored, config_from_0_1_caller);
+    tcase_add_test(ignored, structs_from_0_3_caller);
     tcase_add_test(ignored, config_init_step_decodes_per_token_buffers);
     suite_add_tcase(s, ignored);
 

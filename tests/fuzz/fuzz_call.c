@@ -32,6 +32,7 @@
 
 #include <linattn.h>
 
+#include "half.h"
 #include "reference.h"
 
 /* The delta rule and last_error may not be in the library under test yet:
@@ -141,6 +142,23 @@ static uint64_t rng(void)
 static float uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rng() >> 40) / 16777216.0f; }
 
 enum { POOL_GENERAL, POOL_GATE, POOL_BETA };
+
+/* Element types (0.4.0, linattn_run): a buffer of a 16-bit type holds its
+ * values as bfloat16 or float16 in the same allocation, two per float. */
+static float read_typed(linattn_dtype t, const void *p, int64_t i)
+{
+    switch (t) {
+    case LINATTN_BF16: return la_bf16_to_f32(((const uint16_t *)p)[i]);
+    case LINATTN_F16: return la_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* unit roundoff of a rounding to t */
+static double unit_roundoff(linattn_dtype t)
+{
+    return t == LINATTN_BF16 ? 0x1p-8 : t == LINATTN_F16 ? 0x1p-11 : 0.0;
+}
 
 static float special(void)
 {
@@ -267,8 +285,9 @@ typedef struct {
     int64_t n;       /* floats from data */
     int64_t pad;     /* floats between the front guard and data (misalignment) */
     uint8_t *before; /* snapshot of [data, data + n) */
-    uint8_t *marks;  /* per float: which buffers use it (real mode) */
+    uint8_t *marks;  /* per 2 bytes: which buffers use them (real mode) */
     unsigned regime, pool;
+    linattn_dtype t; /* the values are drawn as this type */
     uint64_t seed;
 } alloc;
 
@@ -280,13 +299,21 @@ static void alloc_make(alloc *a)
     memset(a->block, GUARD_BYTE, alloc_bytes(a));
     a->data = (float *)(a->block + GUARD) + a->pad;
     rng_state = a->seed;
-    for (int64_t i = 0; i < a->n; i++)
-        a->data[i] = a->pool == POOL_GATE   ? gate_value(a->regime)
-                     : a->pool == POOL_BETA ? beta_value(a->regime)
-                                            : general_value(a->regime);
+    const int64_t per = a->t == LINATTN_F32 ? 1 : 2;
+    for (int64_t i = 0; i < a->n * per; i++) {
+        const float x = a->pool == POOL_GATE   ? gate_value(a->regime)
+                        : a->pool == POOL_BETA ? beta_value(a->regime)
+                                               : general_value(a->regime);
+        if (a->t == LINATTN_BF16)
+            ((uint16_t *)a->data)[i] = la_f32_to_bf16(x);
+        else if (a->t == LINATTN_F16)
+            ((uint16_t *)a->data)[i] = la_f32_to_f16(x);
+        else
+            a->data[i] = x;
+    }
     a->before = malloc((size_t)a->n * 4 + 1);
     memcpy(a->before, a->data, (size_t)a->n * 4);
-    a->marks = calloc((size_t)a->n + 1, 1);
+    a->marks = calloc((size_t)a->n * 2 + 1, 1);
     /* Poison everything but the data: ASan granules are 8 bytes, so the
      * front zone is poisoned up to the granule holding data[0] (the pattern
      * check below covers the rest). */
@@ -334,6 +361,14 @@ typedef struct {
     int32_t rd[8], wr[8], snap[8 * 4];
     int64_t cu[6], nseq;
     unsigned regime[NBUF];
+    /* 0.4.0 (bytes after the serving form; 0: none): what the config says
+     * and what the library must use (F32 and no activation where
+     * struct_size does not cover the fields). */
+    linattn_dtype dt[NBUF];
+    int gate_act, beta_act, old03;
+    float lower_bound;
+    unsigned alog_mode, bias_mode;
+    float *A_log, *dt_bias; /* malloc'd (ASan sees their bounds), or NULL */
     char why[160];
 } call;
 
@@ -357,6 +392,10 @@ static void fuzz_fail(const call *c, const char *fmt, const char *detail, double
             (long long)f->seq_len, (long long)f->dk, (long long)f->dv, f->phi, f->gate, f->algo,
             f->causal, f->normalize, (double)f->eps, (double)f->scale, (long long)f->chunk,
             f->num_threads, f->struct_size, (long long)c->qk_heads, c->head_map, c->qk_l2norm);
+    fprintf(stderr, "  dtypes q %d k %d v %d beta %d o %d s %d; gate_act %d lower bound %g beta_act %d "
+            "A_log mode %u dt_bias mode %u; serve %d\n", c->dt[BQ], c->dt[BK], c->dt[BV],
+            c->dt[BBETA], c->dt[BO], c->dt[BS], c->gate_act, (double)c->lower_bound, c->beta_act,
+            c->alog_mode, c->bias_mode, c->serve);
     for (int b = 0; b < NBUF; b++)
         if (c->used[b])
             fprintf(stderr, "  %-4s regime %u place %d host %d off %lld strides %lld %lld %lld %lld\n",
@@ -605,7 +644,7 @@ static void config_rules(call *c)
         fail_reason(c, "cfg NULL");
     if (f->struct_size < V01_SIZE)
         fail_reason(c, "struct_size");
-    if (f->struct_size != sizeof *f && f->struct_size != V01_SIZE)
+    if (f->struct_size != sizeof *f && f->struct_size != V01_SIZE && !c->old03)
         c->ambiguous = 1;
     if ((unsigned)f->phi > LINATTN_PHI_IDENTITY || (unsigned)f->gate > LINATTN_GATE_CHANNEL ||
         (unsigned)f->algo > LINATTN_ALGO_RECURRENT || (unsigned)c->head_map > LINATTN_HEADS_TILED)
@@ -657,17 +696,20 @@ enum { M_IN = 1, M_O = 2, M_OO = 4, M_S = 8, M_Z = 16 };
 typedef struct {
     alloc *a;
     uint8_t bit;
-    int64_t base;
+    int64_t base;   /* in 2-byte units from the allocation's data */
+    int64_t halves; /* 2-byte units per element: 2 float32, 1 16-bit */
 } mark_ctx;
 
 static void mark_one(void *p, int64_t off, const int64_t idx[4])
 {
     (void)idx;
     mark_ctx *m = p;
-    uint8_t *x = &m->a->marks[m->base + off];
-    if (m->bit == M_O && (*x & M_O))
-        *x |= M_OO;
-    *x |= m->bit;
+    for (int64_t j = 0; j < m->halves; j++) {
+        uint8_t *x = &m->a->marks[m->base + off * m->halves + j];
+        if (m->bit == M_O && (*x & M_O) && j == 0)
+            *x |= M_OO;
+        *x |= m->bit;
+    }
 }
 
 /* ---- what the library under test implements ---------------------------- */
@@ -729,6 +771,7 @@ static linattn_status invoke(const call *c, const linattn_config *cfg)
         linattn_operands_init(&ops);
         ops.q = p[BQ], ops.k = p[BK], ops.v = p[BV], ops.g = p[BG], ops.beta = p[BBETA];
         ops.o = p[BO], ops.s = p[BS], ops.z = p[BZ];
+        ops.A_log = c->A_log, ops.dt_bias = c->dt_bias;
         if (c->serve >= 2 && c->serve <= 4)
             ops.pool = &c->pool;
         if (c->serve == 5)
@@ -744,19 +787,23 @@ static linattn_status invoke(const call *c, const linattn_config *cfg)
     }
 }
 
-/* Gate and beta values the call reads must be finite, <= 0 and in [0, 2]. */
+/* Gate and beta values the call reads must be finite, <= 0 and in [0, 2];
+ * raw projections and logits (an activation asked) only finite. */
 typedef struct {
-    const float *p;
+    const void *p;
+    linattn_dtype t;
     int bad, nonfinite;
-    int beta;
+    int beta, raw;
 } value_ctx;
 
 static void check_value(void *p, int64_t off, const int64_t idx[4])
 {
     (void)idx;
     value_ctx *v = p;
-    const float x = v->p[off];
-    if (v->beta ? !(x >= 0.0f && x <= 2.0f) : !(x <= 0.0f && x >= -FLT_MAX))
+    const float x = read_typed(v->t, v->p, off);
+    if (v->raw ? !isfinite(x)
+        : v->beta ? !(x >= 0.0f && x <= 2.0f)
+                  : !(x <= 0.0f && x >= -FLT_MAX))
         v->bad = 1;
     if (!isfinite(x))
         v->nonfinite = 1;
@@ -766,7 +813,7 @@ static void finite_input(void *p, int64_t off, const int64_t idx[4])
 {
     (void)idx;
     value_ctx *v = p;
-    if (!isfinite(v->p[off]))
+    if (!isfinite(read_typed(v->t, v->p, off)))
         v->nonfinite = 1;
 }
 
@@ -776,7 +823,25 @@ typedef struct {
     double gamma;
 } cmp_ctx;
 
-static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out, const float *z_out,
+static double softplus_d(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+
+/* The log-decay the input stage makes of raw projection a at (h, channel
+ * i), in double from the same float operands (a + dt_bias is added in
+ * float, as the library does, and exp(A_log) is libm's expf as there),
+ * clamped to [-100, 0] the same way (NaN from 0 * inf reads as 0). */
+static float gate_from_raw(const call *c, float a, int64_t h, int64_t i)
+{
+    const linattn_config *f = &c->cfg;
+    const float bias =
+        c->dt_bias ? c->dt_bias[f->gate == LINATTN_GATE_CHANNEL ? h * f->dk + i : h] : 0.0f;
+    const double x = (double)(a + bias), a_exp = (double)expf(c->A_log[h]);
+    const double g = c->gate_act == LINATTN_GATE_ACT_SOFTPLUS
+                         ? -a_exp * softplus_d(x)
+                         : (double)c->lower_bound / (1.0 + exp(-a_exp * x));
+    return g < -100.0 ? -100.0f : g < 0.0 ? (float)g : 0.0f;
+}
+
+static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, const float *z_out,
                          int state_written)
 {
     const linattn_config *f = &c->cfg;
@@ -788,25 +853,39 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out
     float *beta = malloc(sizeof(float) * (size_t)T);
     for (int64_t t = 0; t < T; t++) {
         for (int64_t i = 0; i < dk; i++) {
-            q[t * dk + i] = c->ptr[BQ][b * f->q.batch + hq * f->q.head + t * f->q.token + i];
-            k[t * dk + i] = c->ptr[BK][b * f->k.batch + hq * f->k.head + t * f->k.token + i];
+            q[t * dk + i] = read_typed(c->dt[BQ], c->ptr[BQ],
+                                       b * f->q.batch + hq * f->q.head + t * f->q.token + i);
+            k[t * dk + i] = read_typed(c->dt[BK], c->ptr[BK],
+                                       b * f->k.batch + hq * f->k.head + t * f->k.token + i);
             if (c->used[BG]) {
                 const layout *l = &c->lay[BG];
                 const int64_t off = b * l->st[0] + h * l->st[1] +
                                     (f->gate == LINATTN_GATE_HEAD ? 0 : t * l->st[2]) +
                                     (f->gate == LINATTN_GATE_CHANNEL ? i : 0);
-                g[t * dk + i] = c->ptr[BG][off];
+                g[t * dk + i] = c->gate_act ? gate_from_raw(c, c->ptr[BG][off], h, i)
+                                            : c->ptr[BG][off];
             }
         }
         for (int64_t j = 0; j < dv; j++)
-            v[t * dv + j] = c->ptr[BV][b * f->v.batch + h * f->v.head + t * f->v.token + j];
-        if (delta)
-            beta[t] = c->ptr[BBETA][b * c->beta.batch + h * c->beta.head + t * c->beta.token];
+            v[t * dv + j] = read_typed(c->dt[BV], c->ptr[BV],
+                                       b * f->v.batch + h * f->v.head + t * f->v.token + j);
+        if (delta) {
+            const double x = read_typed(c->dt[BBETA], c->ptr[BBETA],
+                                        b * c->beta.batch + h * c->beta.head + t * c->beta.token);
+            beta[t] = !c->beta_act ? (float)x
+                                   : (float)((c->beta_act == LINATTN_BETA_ACT_SIGMOID2 ? 2 : 1) /
+                                             (1.0 + exp(-x)));
+        }
     }
     /* The initial state is the snapshot taken before the call. */
-    const float *s0 = NULL, *z0 = NULL;
-    if (c->used[BS])
-        s0 = (const float *)allocs[c->host[BS]].before + c->offset[BS] + (b * H + h) * dk * dv;
+    const float *z0 = NULL;
+    float *s0 = NULL;
+    if (c->used[BS]) {
+        const void *s_before = (const float *)allocs[c->host[BS]].before + c->offset[BS];
+        s0 = malloc(sizeof(float) * (size_t)(dk * dv));
+        for (int64_t i = 0; i < dk * dv; i++)
+            s0[i] = read_typed(c->dt[BS], s_before, (b * H + h) * dk * dv + i);
+    }
     if (c->used[BZ])
         z0 = (const float *)allocs[c->host[BZ]].before + c->offset[BZ] + (b * H + h) * dk;
 
@@ -821,10 +900,15 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out
 
     if (!out.overflow) {
         const double u = FLT_EPSILON;
-        const double gamma = (delta ? 64 : 16) * (double)(T + dk + dv + 16) * u + 4 * u * out.gate_sum;
+        /* gates from raw projections: a few ulps of each log-decay more */
+        const double gamma = (delta ? 64 : 16) * (double)(T + dk + dv + 16) * u +
+                             (c->gate_act ? 20 : 4) * u * out.gate_sum;
+        /* a 16-bit o or state: one more rounding, relative */
+        const double uo = unit_roundoff(c->dt[BO]), us = unit_roundoff(c->dt[BS]);
         for (int64_t t = 0; t < T; t++)
             for (int64_t j = 0; j < dv; j++) {
-                const float got = c->ptr[BO][b * f->o.batch + h * f->o.head + t * f->o.token + j];
+                const float got = read_typed(c->dt[BO], c->ptr[BO],
+                                             b * f->o.batch + h * f->o.head + t * f->o.token + j);
                 const ref_num n = ro[t * dv + j];
                 const double en = gamma * n.a + n.m + out.flush_o;
                 double ref = n.v, tol = 2 * en;
@@ -838,6 +922,7 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out
                 }
                 if (fabs(ref) > 1e30)
                     continue;
+                tol = tol * (1 + uo) + uo * fabs(ref);
                 if (!(fabs((double)got - ref) <= tol + 1e-37)) {
                     char where[96];
                     snprintf(where, sizeof where, "o[b=%lld,h=%lld,t=%lld,%lld]", (long long)b,
@@ -848,12 +933,14 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out
             }
         if (state_written) {
             for (int64_t i = 0; i < dk * dv; i++) {
-                const double tol = 2 * (gamma * rs[i].a + rs[i].m + out.flush_o) + 1e-37;
-                if (!(fabs((double)s_out[i] - rs[i].v) <= tol)) {
+                const double tol = 2 * (gamma * rs[i].a + rs[i].m + out.flush_o) * (1 + us) +
+                                   us * fabs(rs[i].v) + 1e-37;
+                const float got = read_typed(c->dt[BS], c->ptr[BS], s_at + i);
+                if (!(fabs((double)got - rs[i].v) <= tol)) {
                     char where[96];
                     snprintf(where, sizeof where, "s[b=%lld,h=%lld][%lld]", (long long)b, (long long)h,
                              (long long)i);
-                    fuzz_fail(c, "%s = %.9g, reference %.9g", where, s_out[i], rs[i].v);
+                    fuzz_fail(c, "%s = %.9g, reference %.9g", where, got, rs[i].v);
                 }
             }
             if (rc.normalize && z_out)
@@ -868,7 +955,7 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *s_out
                 }
         }
     }
-    free(q), free(k), free(v), free(g), free(beta), free(ro), free(rd), free(rs), free(rz);
+    free(q), free(k), free(v), free(g), free(beta), free(ro), free(rd), free(rs), free(rz), free(s0);
 }
 
 /* ---- the serving form (linattn_run) ------------------------------------- */
@@ -938,8 +1025,8 @@ static void serve_rules(call *c)
     const linattn_config *f = &c->cfg;
     const int step = c->kind == KIND_STEP || c->kind == KIND_DELTA_STEP;
     const int delta = c->kind >= KIND_DELTA_FORWARD;
-    if (f->struct_size != sizeof *f)
-        fail_reason(c, "linattn_run needs the current config");
+    if (f->struct_size != sizeof *f && !c->old03)
+        fail_reason(c, "linattn_run needs the current config (or a 0.3 one)");
     c->no_ref = c->serve >= 3;
     if (c->serve == 5) {
         if (step)
@@ -1001,16 +1088,139 @@ static void serve_rules(call *c)
     }
 }
 
+/* ---- 0.4.0: element types and the input stage's activations ------------- */
+
+/* A_log and dt_bias of the current input: malloc'd to their exact size, so
+ * AddressSanitizer sees a read past them; freed by the next run(). */
+static float *ext_arrays[2];
+
+/* After the serving form: one byte m (0: nothing, all float32); else the
+ * six types (q, k, v, beta, o, s; pick_enum: F32, BF16, F16 or out of
+ * range), gate_act, the bounded sigmoid's lower bound, beta_act, an A_log
+ * mode and a dt_bias mode (below); m % 4 == 3 makes the config a 0.3
+ * caller's (struct_size 260, or its padded sizeof 264 with m & 4): the
+ * fields above are then past struct_size and must be ignored. */
+static void decode_ext(reader *r, call *c)
+{
+    linattn_config *f = &c->cfg;
+    const unsigned m = u8(r);
+    if (m != 0) {
+        linattn_dtype *t[6] = {&f->dtype.q, &f->dtype.k,    &f->dtype.v,
+                               &f->dtype.beta, &f->dtype.o, &f->dtype.s};
+        for (int i = 0; i < 6; i++)
+            *t[i] = (linattn_dtype)pick_enum(r, 3);
+        f->gate_act = (linattn_gate_act)pick_enum(r, 3);
+        static const float lbs[] = {-5.0f, -1.0f, -0.0f, 0.0f, 1.0f, NAN, -INFINITY, -FLT_MAX,
+                                    -1e-30f, -100.0f};
+        f->gate_lower_bound = pick_float(r, lbs, 10);
+        f->beta_act = (linattn_beta_act)pick_enum(r, 3);
+        c->alog_mode = u8(r) % 8;
+        c->bias_mode = u8(r) % 8;
+        if (m % 4 == 3 && f->struct_size == sizeof *f) {
+            c->old03 = 1;
+            f->struct_size = m & 4 ? (offsetof(linattn_config, dtype) + 7) / 8 * 8
+                                   : offsetof(linattn_config, dtype);
+        }
+    }
+    /* What the library must use. */
+    const int covered = f->struct_size == sizeof *f;
+    const linattn_dtype given[NBUF] = {f->dtype.q, f->dtype.k, f->dtype.v, LINATTN_F32,
+                                       f->dtype.beta, f->dtype.o, f->dtype.s, LINATTN_F32};
+    for (int b = 0; b < NBUF; b++) /* an out-of-range type is refused: sized as float32 */
+        c->dt[b] = covered && (unsigned)given[b] <= LINATTN_F16 ? given[b] : LINATTN_F32;
+    const int delta = c->kind >= KIND_DELTA_FORWARD;
+    if (!delta)
+        c->dt[BBETA] = LINATTN_F32; /* no beta: its type is not used */
+    c->gate_act = covered && (unsigned)f->gate_act <= LINATTN_GATE_ACT_BOUNDED_SIGMOID
+                      ? (int)f->gate_act
+                      : 0;
+    c->beta_act = covered && (unsigned)f->beta_act <= LINATTN_BETA_ACT_SIGMOID2 ? (int)f->beta_act
+                                                                                : 0;
+    c->lower_bound = f->gate_lower_bound;
+    if (f->gate != LINATTN_GATE_TOKEN && f->gate != LINATTN_GATE_CHANNEL)
+        c->gate_act = 0; /* refused (gate_act needs them), or not asked */
+    if (!delta)
+        c->beta_act = 0;
+    if (m == 0)
+        return;
+    /* A_log [H] and dt_bias [H] or [H][dk], when they fit */
+    const int64_t H = f->heads, per = f->gate == LINATTN_GATE_CHANNEL ? f->dk : 1;
+    if (H < 1 || H > 4096 || per < 1 || per > BUDGET || H * per > BUDGET)
+        return; /* NULL: a call that would read them is refused */
+    rng_state = 0x5eed0000u + m;
+    if (c->alog_mode != 3) {
+        c->A_log = ext_arrays[0] = malloc(sizeof(float) * (size_t)H);
+        for (int64_t h = 0; h < H; h++)
+            c->A_log[h] = uniform(-3, 1);
+        static const float bad[] = {0, 0, 0, 0, 88.5f, NAN, 88.0f, -INFINITY};
+        if (c->alog_mode >= 4)
+            c->A_log[H - 1] = bad[c->alog_mode];
+    }
+    if (c->bias_mode != 0) {
+        c->dt_bias = ext_arrays[1] = malloc(sizeof(float) * (size_t)(H * per));
+        for (int64_t i = 0; i < H * per; i++)
+            c->dt_bias[i] = c->bias_mode == 5 ? 1e30f : c->bias_mode == 6 ? -FLT_MAX : uniform(-2, 2);
+        if (c->bias_mode == 3 || c->bias_mode == 4)
+            c->dt_bias[(H * per) / 2] = c->bias_mode == 3 ? NAN : INFINITY;
+    }
+}
+
+/* What the 0.4.0 fields make the library refuse. */
+static void ext_rules(call *c)
+{
+    const linattn_config *f = &c->cfg;
+    const int delta = c->kind >= KIND_DELTA_FORWARD;
+    if (f->struct_size != sizeof *f)
+        return; /* not covered: the defaults */
+    const linattn_dtype t[6] = {f->dtype.q, f->dtype.k, f->dtype.v,
+                                f->dtype.beta, f->dtype.o, f->dtype.s};
+    int any = f->gate_act != 0 || f->beta_act != 0;
+    for (int i = 0; i < 6; i++) {
+        if ((unsigned)t[i] > LINATTN_F16)
+            fail_reason(c, "dtype enum");
+        any |= t[i] != LINATTN_F32;
+    }
+    if (any && !c->serve)
+        fail_reason(c, "a float32 call with 0.4.0 fields");
+    if (f->dtype.s == LINATTN_F16)
+        fail_reason(c, "a float16 state");
+    if ((unsigned)f->gate_act > LINATTN_GATE_ACT_BOUNDED_SIGMOID ||
+        (unsigned)f->beta_act > LINATTN_BETA_ACT_SIGMOID2)
+        fail_reason(c, "activation enum");
+    if (f->gate_act != 0 && f->gate != LINATTN_GATE_TOKEN && f->gate != LINATTN_GATE_CHANNEL)
+        fail_reason(c, "gate_act without a token or channel gate");
+    if (f->gate_act == LINATTN_GATE_ACT_BOUNDED_SIGMOID &&
+        !(f->gate_lower_bound < 0.0f && f->gate_lower_bound >= -FLT_MAX))
+        fail_reason(c, "lower bound");
+    if (f->beta_act != 0 && !delta)
+        fail_reason(c, "beta_act on the additive family");
+    if (c->gate_act) {
+        const int64_t per = f->gate == LINATTN_GATE_CHANNEL ? f->dk : 1;
+        if (!c->A_log)
+            fail_reason(c, "A_log NULL");
+        for (int64_t h = 0; c->A_log && h < f->heads; h++)
+            if (!(c->A_log[h] >= -FLT_MAX && c->A_log[h] <= 88.0f))
+                fail_reason(c, "A_log value");
+        for (int64_t i = 0; c->dt_bias && i < f->heads * per; i++)
+            if (!isfinite(c->dt_bias[i]))
+                fail_reason(c, "dt_bias value");
+    }
+}
+
 static int run(const uint8_t *data, size_t size)
 {
     reader r = {data, size, 0};
     call c;
+    /* the previous input's A_log and dt_bias (kept for any way out of run) */
+    free(ext_arrays[0]), free(ext_arrays[1]);
+    ext_arrays[0] = ext_arrays[1] = NULL;
     decode(&r, &c);
     const uint64_t seed = u64(&r);
     unsigned regime[NBUF];
     for (int i = 0; i < NBUF; i++)
         c.regime[i] = regime[i] = u8(&r);
     decode_serve(&r, &c);
+    decode_ext(&r, &c);
 
     const int delta = c.kind >= KIND_DELTA_FORWARD;
     if (delta && !(linattn_delta_forward && linattn_delta_step))
@@ -1020,6 +1230,7 @@ static int run(const uint8_t *data, size_t size)
     mark_layouts_bad(&c);
     config_rules(&c);
     serve_rules(&c);
+    ext_rules(&c);
     if ((!have_groups && (c.qk_heads != f->heads || c.head_map != LINATTN_HEADS_GROUPED)) ||
         (!have_l2norm && c.qk_l2norm != 0))
         return 0;
@@ -1069,7 +1280,8 @@ static int run(const uint8_t *data, size_t size)
         const int h = c.place[b] == 1 ? c.host[b] : b;
         if (c.place[b] == 0)
             c.host[b] = b;
-        const int64_t end = (c.place[b] == 1 ? c.offset[b] : 0) + e.ext;
+        const int64_t floats = c.dt[b] == LINATTN_F32 ? e.ext : (e.ext + 1) / 2;
+        const int64_t end = (c.place[b] == 1 ? c.offset[b] : 0) + floats;
         if (end > need[h])
             need[h] = end;
     }
@@ -1093,12 +1305,19 @@ static int run(const uint8_t *data, size_t size)
             c.host[b] = b;
             c.offset[b] = 0;
             const extent e = extent_of(&c.lay[b]);
-            a->n = !e.bad && e.ext <= 4096 ? e.ext : SMALL;
+            a->n = !e.bad && e.ext <= 4096 ? (c.dt[b] == LINATTN_F32 ? e.ext : (e.ext + 1) / 2)
+                                           : SMALL;
+            if (a->n < 1)
+                a->n = 1;
         } else {
             a->n = need[b] > 0 ? need[b] : 1;
         }
         a->pad = c.place[b] == 0 ? c.offset[b] : 0;
-        a->pool = b == BG ? POOL_GATE : b == BBETA ? POOL_BETA : POOL_GENERAL;
+        /* raw gate projections and beta logits: any value */
+        a->pool = b == BG && !c.gate_act      ? POOL_GATE
+                  : b == BBETA && !c.beta_act ? POOL_BETA
+                                              : POOL_GENERAL;
+        a->t = c.dt[b];
         a->regime = regime[b];
         a->seed = seed + (uint64_t)b * 0x1000193u;
         alloc_make(a);
@@ -1132,7 +1351,7 @@ static int run(const uint8_t *data, size_t size)
             if (!c.used[b] || c.place[b] >= 2)
                 continue;
             mark_ctx m = {&allocs[c.host[b]], b == BO ? M_O : b == BS ? M_S : b == BZ ? M_Z : M_IN,
-                          c.ptr[b] - allocs[c.host[b]].data};
+                          (c.ptr[b] - allocs[c.host[b]].data) * 2, c.dt[b] == LINATTN_F32 ? 2 : 1};
             each(&c.lay[b], mark_one, &m);
         }
         for (int b = 0; b < NBUF; b++) {
@@ -1140,7 +1359,7 @@ static int run(const uint8_t *data, size_t size)
             if (!a->block)
                 continue;
             uint8_t seen = 0;
-            for (int64_t i = 0; i < a->n; i++) {
+            for (int64_t i = 0; i < a->n * 2; i++) {
                 const uint8_t x = a->marks[i];
                 if ((x & M_OO) || ((x & M_O) && (x & (M_IN | M_S | M_Z))) ||
                     ((x & M_S) && (x & (M_IN | M_Z))) || ((x & M_Z) && (x & M_IN)))
@@ -1177,7 +1396,8 @@ static int run(const uint8_t *data, size_t size)
         for (int b = 0; b < NBUF; b++) {
             if (!c.used[b] || c.place[b] >= 2)
                 continue;
-            value_ctx v = {c.ptr[b], 0, 0, b == BBETA};
+            value_ctx v = {c.ptr[b], c.dt[b], 0, 0, b == BBETA,
+                           (b == BG && c.gate_act) || (b == BBETA && c.beta_act)};
             each(&c.lay[b], b == BG || b == BBETA ? check_value : finite_input, &v);
             if ((b == BG || (b == BBETA && COVERS(f, beta))) && v.bad)
                 fail_reason(&c, b == BG ? "gate value" : "beta value");
@@ -1214,6 +1434,12 @@ static int run(const uint8_t *data, size_t size)
     }
     const char *msg = last_error_text();
 
+    /* FUZZ_VERBOSE=1: what each input became (for checking new seeds) */
+    if (getenv("FUZZ_VERBOSE"))
+        fprintf(stderr, "fuzz_call: %s serve %d dtypes %d%d%d%d%d%d act %d/%d: status %d%s%s%s: %s\n",
+                kind_names[c.kind], c.serve, c.dt[BQ], c.dt[BK], c.dt[BV], c.dt[BBETA], c.dt[BO],
+                c.dt[BS], c.gate_act, c.beta_act, (int)st, c.must_fail ? " (must fail: " : "",
+                c.must_fail ? c.why : "", c.must_fail ? ")" : "", msg ? msg : "");
     if (c.must_fail && st == LINATTN_OK)
         fuzz_fail(&c, "returned OK, expected a failure: %s", c.why, 0, 0);
     if (!c.must_fail && !c.ambiguous && fits && st != LINATTN_OK)
@@ -1238,19 +1464,20 @@ static int run(const uint8_t *data, size_t size)
             const alloc *a = &allocs[b];
             if (!a->block)
                 continue;
-            const float *was = (const float *)a->before;
-            for (int64_t i = 0; i < a->n; i++)
-                if (!(a->marks[i] & (M_O | M_S | M_Z)) && memcmp(&was[i], &a->data[i], 4) != 0)
-                    fuzz_fail(&c, "float %s+%g changed but is no output", buf_names[b], (double)i, 0);
+            const uint16_t *was = (const uint16_t *)a->before, *now = (const uint16_t *)a->data;
+            for (int64_t i = 0; i < a->n * 2; i++)
+                if (!(a->marks[i] & (M_O | M_S | M_Z)) && was[i] != now[i])
+                    fuzz_fail(&c, "bytes %s+%g changed but are no output", buf_names[b],
+                              (double)(2 * i), 0);
         }
         const wide ref_work =
             smul(smul(f->batch, f->heads), smul(c.T, smul(f->dk, f->dv) + f->dk + f->dv));
         if (finite_inputs && ref_work <= REF_WORK && !c.ambiguous && !c.no_ref)
             for (int64_t b = 0; b < f->batch; b++)
                 for (int64_t h = 0; h < f->heads; h++) {
-                    const float *s_out = c.used[BS] ? c.ptr[BS] + (b * f->heads + h) * f->dk * f->dv : NULL;
+                    const int64_t s_at = (b * f->heads + h) * f->dk * f->dv;
                     const float *z_out = c.used[BZ] ? c.ptr[BZ] + (b * f->heads + h) * f->dk : NULL;
-                    compare_head(&c, b, h, s_out, z_out, c.used[BS]);
+                    compare_head(&c, b, h, s_at, z_out, c.used[BS]);
                 }
         /* The same bits with one thread. */
         if (f->num_threads != 1 && ref_work <= WORK / 4) {

@@ -51,7 +51,8 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
          threads=1, qk_heads_byte=0, head_map=0, l2_flip=0, struct_byte=0,
          cfg_null=False, q="contig", k="contig", v="contig", o="contig", g="contig",
          beta="contig", k_same_as_q=False, state_byte=0, place=None, seed=1,
-         regimes=None, raw_dims=None, g_head_byte=0, q_extra=(), o_extra=(), serve=()):
+         regimes=None, raw_dims=None, g_head_byte=0, q_extra=(), o_extra=(), serve=(),
+         ext=()):
     b = [KINDS[kind]]
     if raw_dims:
         b += raw_dims
@@ -85,8 +86,29 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
     b += list(struct.pack(">Q", seed))
     regimes = regimes or {}
     b += [regimes.get(name, 0) for name in BUFS]
-    b += list(serve)  # the serving form: decode_serve() in fuzz_call.c
+    b += list(serve) or ([0] if ext else [])  # the serving form: decode_serve() in fuzz_call.c
+    b += list(ext)  # 0.4.0 fields: decode_ext() in fuzz_call.c
     return bytes(b)
+
+
+# 0.4.0 fields (decode_ext() in fuzz_call.c): element types per tensor
+# (pick_enum: 0 F32, 1 BF16, 2 F16, 240 out of range), gate_act (1 softplus,
+# 2 bounded sigmoid), lower bound (index into its table), beta_act (1
+# sigmoid, 2 2 sigmoid), A_log mode (0 valid, 3 NULL, 4 88.5, 5 NaN, 6 88,
+# 7 -inf), dt_bias mode (0 NULL, 1 valid, 3 NaN, 4 inf, 5 1e30, 6 -FLT_MAX).
+# m: 1 the fields as given; 3 / 7 a 0.3 config (260 / 264 bytes) that must
+# ignore them.
+DT = {"f32": 0, "bf16": 1, "f16": 2, "bad": 240}
+LOWER = {-5: 0, -1: 1, "-0": 2, 0: 3, 1: 4, "nan": 5, "-inf": 6, "-max": 7, -1e-30: 8, -100: 9}
+
+
+def ext(q="f32", k=None, v=None, beta=None, o="f32", s="f32", gate_act=0, lower=-5, beta_act=0,
+        alog=0, bias=0, m=1):
+    k = k or q
+    v = v or q
+    beta = beta or q
+    return [m] + [DT[x] for x in (q, k, v, beta, o, s)] + [gate_act, LOWER[lower], beta_act,
+                                                         alog, bias]
 
 
 # serving form byte (>= 128; % 6 picks the form): decode_serve() in fuzz_call.c
@@ -186,6 +208,74 @@ def seeds():
     s["serve-cu-bad-end"] = call(B=1, T=40, serve=[SERVE["cu"], 3 | 5 << 2])
     s["serve-cu-falling"] = call(kind="delta_forward", B=1, T=40, phi="identity",
                                  serve=[SERVE["cu"], 3 | 7 << 2])
+    # 0.4.0: element types and the input stage's activations (linattn_run).
+    run = [SERVE["run"]]
+    bf16 = dict(q="bf16", o="bf16", s="bf16")
+    d = dict(kind="delta_forward", phi="identity")
+    s["dtypes-forward-bf16"] = call(gate="token", serve=run, ext=ext(**bf16))
+    s["dtypes-forward-f16-chunked"] = call(gate="channel", algo="chunked", T=40, serve=run,
+                                           ext=ext(q="f16", o="f16"))
+    s["dtypes-step-bf16-state"] = call(kind="step", gate="token", serve=run, ext=ext(**bf16))
+    s["dtypes-delta-f16"] = call(gate="token", serve=run, ext=ext(q="f16", beta="f16"), **d)
+    s["dtypes-delta-mixed-step"] = call(kind="delta_step", phi="identity", gate="channel",
+                                        serve=run, ext=ext(q="bf16", k="f16", v="f32",
+                                                           beta="bf16", o="f16", s="bf16"))
+    s["dtypes-delta-recurrent-long"] = call(B=1, H=1, T=200, algo="recurrent", gate="token",
+                                            serve=run, ext=ext(**bf16), **d)
+    s["dtypes-softplus-token"] = call(gate="token", serve=run,
+                                      ext=ext(q="bf16", gate_act=1, bias=1, beta_act=1), **d)
+    s["dtypes-softplus-channel"] = call(gate="channel", algo="chunked", T=30, serve=run,
+                                        ext=ext(q="bf16", gate_act=1, bias=1, beta_act=2), **d)
+    s["dtypes-softplus-no-bias"] = call(gate="token", serve=run, ext=ext(gate_act=1))
+    s["dtypes-bounded-channel"] = call(gate="channel", serve=run,
+                                       ext=ext(q="f16", o="bf16", gate_act=2, bias=1))
+    s["dtypes-bounded-delta-threads"] = call(B=3, H=4, T=40, gate="channel", threads=3,
+                                             serve=run, ext=ext(**bf16, gate_act=2, bias=1,
+                                                                beta_act=1), **d)
+    s["dtypes-grouped-tiled"] = call(H=4, qk_heads_byte=2, head_map=1, gate="token", serve=run,
+                                     ext=ext(**bf16, gate_act=1, bias=1), **d)
+    s["dtypes-strided"] = call(q="bthd", k="bthd", v="padded", o="padded", gate="channel",
+                               g="padded", serve=run, ext=ext(q="f16", o="f16", gate_act=1))
+    s["dtypes-misaligned"] = call(place={n: [16 * (i + 1)] for i, n in enumerate(BUFS)},
+                                  gate="token", serve=run, ext=ext(**bf16, beta_act=1), **d)
+    s["dtypes-k-aliases-q"] = call(place={"k": [12, 0, 0]}, serve=run, ext=ext(q="bf16"))
+    s["dtypes-o-over-q"] = call(place={"q": [15, 0]}, serve=run, ext=ext(q="bf16", o="bf16"))
+    s["dtypes-pool-bf16"] = call(gate="token", serve=[SERVE["pool"]], ext=ext(**bf16), **d)
+    s["dtypes-pool-vfirst-bf16"] = call(gate="channel", serve=[SERVE["pool_vfirst"]],
+                                        ext=ext(**bf16, gate_act=1))
+    s["dtypes-cu-bf16"] = call(B=1, T=40, gate="token", serve=[SERVE["cu"], 3],
+                               ext=ext(q="bf16", o="f16", gate_act=1, beta_act=1), **d)
+    s["dtypes-raw-gate-nan"] = call(gate="token", regimes={"g": 6}, serve=run,
+                                    ext=ext(gate_act=1))
+    s["dtypes-raw-gate-huge"] = call(gate="channel", regimes={"g": 4}, serve=run,
+                                     ext=ext(gate_act=1, bias=5))
+    s["dtypes-beta-logits-inf"] = call(gate="token", regimes={"beta": 7}, serve=run,
+                                       ext=ext(beta_act=1), **d)
+    s["dtypes-beta-bf16-out-of-range"] = call(regimes={"beta": 3}, serve=run,
+                                              ext=ext(q="bf16"), **d)
+    s["dtypes-alog-null"] = call(gate="token", serve=run, ext=ext(gate_act=1, alog=3))
+    s["dtypes-alog-big"] = call(gate="token", serve=run, ext=ext(gate_act=1, alog=4), **d)
+    s["dtypes-alog-nan"] = call(gate="channel", serve=run, ext=ext(gate_act=2, alog=5))
+    s["dtypes-alog-88"] = call(gate="channel", serve=run, ext=ext(gate_act=1, alog=6), **d)
+    s["dtypes-alog-neg-inf"] = call(gate="token", serve=run, ext=ext(gate_act=1, alog=7))
+    s["dtypes-bias-nan"] = call(gate="channel", serve=run, ext=ext(gate_act=1, bias=3), **d)
+    s["dtypes-bias-inf"] = call(gate="token", serve=run, ext=ext(gate_act=2, bias=4))
+    s["dtypes-bias-lowest"] = call(gate="token", serve=run, ext=ext(gate_act=1, bias=6), **d)
+    s["dtypes-bound-zero"] = call(gate="token", serve=run, ext=ext(gate_act=2, lower=0))
+    s["dtypes-bound-nan"] = call(gate="channel", serve=run, ext=ext(gate_act=2, lower="nan"))
+    s["dtypes-bound-neg-inf"] = call(gate="token", serve=run, ext=ext(gate_act=2, lower="-inf"))
+    s["dtypes-gate-act-head"] = call(gate="head", serve=run, ext=ext(gate_act=1))
+    s["dtypes-gate-act-none"] = call(gate="none", serve=run, ext=ext(gate_act=2))
+    s["dtypes-beta-act-additive"] = call(gate="token", serve=run, ext=ext(beta_act=1))
+    s["dtypes-bad-enum"] = call(serve=run, ext=ext(q="bad"))
+    s["dtypes-bad-state-enum"] = call(serve=run, ext=ext(s="bad"), **d)
+    s["dtypes-f16-state"] = call(serve=run, ext=ext(s="f16"), **d)
+    s["dtypes-float32-call"] = call(gate="token", ext=ext(q="bf16"))
+    s["dtypes-float32-call-act"] = call(gate="token", ext=ext(gate_act=1), **d)
+    s["dtypes-config-0.3-run"] = call(gate="token", serve=run, ext=ext(q="bad", m=3))
+    s["dtypes-config-0.3-padded-run"] = call(gate="channel", serve=run,
+                                             ext=ext(**bf16, gate_act=1, m=7), **d)
+    s["dtypes-config-0.3-float32"] = call(gate="token", ext=ext(q="bf16", m=7), **d)
     # Inputs the fuzzer found, kept byte for byte as regression seeds.
     s["found-avx2-token-stride-T1"] = bytes(
         [0, 19, 9, 0, 3, 0, 0, 1, 16, 0, 0, 0, 0, 47] + [118] * 31 + [15, 0])

@@ -630,6 +630,13 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
         raise NotImplementedError('cp_context (context parallelism) is not supported')
     if return_intermediate_states:
         raise NotImplementedError('return_intermediate_states is not supported')
+    if safe_gate and use_gate_in_kernel:  # fla's checks; the gate is the same without it
+        if lower_bound is None:
+            raise ValueError('`lower_bound` must be specified when `safe_gate=True` and '
+                             '`use_gate_in_kernel=True`.')
+        if not -5 <= lower_bound < 0:
+            raise ValueError(f'`lower_bound` must be in the safe range [-5, 0), got '
+                             f'{lower_bound}.')
     return _kda(q, k, v, g, beta, kwargs.get('A_log'), kwargs.get('dt_bias'), scale,
                 initial_state, output_final_state, use_qk_l2norm_in_kernel,
                 use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,

@@ -180,6 +180,27 @@ def test_step_16bit_and_bf16_state():
     close(z, wz, 3e-4)
 
 
+def test_step_gate_act():
+    """linattn.step's own keywords: a raw per-token gate with A_log, dt_bias."""
+    r = gen(15)
+    q, k, v = (rnd(B, H, d, g=r).to(torch.float16) for d in (K, K, V))
+    a = rnd(B, H, g=r, lo=-3, hi=3)
+    A_log, dt_bias = rnd(H, g=r), rnd(H, g=r)
+    s, z = rnd(B, H, K, V, g=r) * 0.3, rnd(B, H, K, g=r, lo=0.5, hi=1.5)
+    s0, z0 = s.clone(), z.clone()
+    o = linattn.step(q, k, v, a, s=s, z=z, gate_act='softplus', A_log=A_log, dt_bias=dt_bias)
+    d = (-A_log.double().exp() * softplus(a.double() + dt_bias.double())).exp()
+    qh, kh = (torch.where(x > 0, x + 1, x.clamp(max=0).exp()) for x in (q.double(), k.double()))
+    S = d[..., None, None] * s0.double() + kh[..., None] * v.double()[:, :, None, :]
+    zz = d[..., None] * z0.double() + kh
+    want = torch.einsum('bhk,bhkv->bhv', qh, S) / (torch.einsum('bhk,bhk->bh', qh, zz)[..., None]
+                                                  + 1e-6)
+    assert o.dtype == torch.float16
+    close(o, want, TOL[torch.float16])
+    close(s, S, 3e-4)
+    close(z, zz, 3e-4)
+
+
 # --- numpy float16 ----------------------------------------------------------
 
 def test_numpy_float16():

@@ -85,7 +85,7 @@ def _as_f32(x, name):
     torch = _torch_of(x)
     if torch is not None:
         if x.dtype != torch.float32 and x.is_floating_point():
-            return x.detach().to(torch.float32)
+            return x.to(torch.float32)  # still tracked: a gradient need is caught after
         return x
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
@@ -133,7 +133,7 @@ def _kind_of(x, q):
     return wrap(x, _torch_of(q) is not None) if isinstance(x, np.ndarray) else x
 
 
-_I32, _I64, _F32 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32)
+_I32, _I64 = np.dtype(np.int32), np.dtype(np.int64)
 
 
 def _ints(x, name, dtype):

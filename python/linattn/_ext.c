@@ -121,10 +121,30 @@ static int is_tensor(PyObject *obj)
     return PyObject_IsInstance(obj, torch_tensor);
 }
 
+/* The element types an argument takes, as a bit set. */
+enum {
+    T_F32 = 1u << LINATTN_F32,
+    T_ANY = T_F32 | 1u << LINATTN_BF16 | 1u << LINATTN_F16, /* q, k, v, beta, o */
+    T_STATE = T_F32 | 1u << LINATTN_BF16                     /* s */
+};
+
+static const char *dtype_str(linattn_dtype t)
+{
+    return t == LINATTN_BF16 ? "bfloat16" : t == LINATTN_F16 ? "float16" : "float32";
+}
+
+/* "float32, bfloat16 or float16" for a type set. */
+static const char *types_str(unsigned types)
+{
+    return types == T_ANY ? "float32, bfloat16 or float16"
+           : types == T_STATE ? "float32 or bfloat16"
+                              : "float32";
+}
+
 /* Fills v->buf from a CPU float32, bfloat16 or float16 tensor as a buffer
  * would be filled, and v->dt, v->isz from its dtype (acquire() decides
  * which types the argument takes). */
-static int tensor_view(PyObject *obj, const char *name, view *v)
+static int tensor_view(PyObject *obj, const char *name, unsigned types, view *v)
 {
     const int fast = Py_IS_TYPE(obj, (PyTypeObject *)torch_tensor) && descriptors_current();
 #define GET(d, s) \
@@ -154,8 +174,8 @@ static int tensor_view(PyObject *obj, const char *name, view *v)
     } else if (dtype == torch_float16) {
         v->dt = LINATTN_F16, v->isz = 2;
     } else {
-        PyErr_Format(PyExc_TypeError, "%s: dtype %S; linattn takes float32, bfloat16 or float16",
-                     name, dtype);
+        PyErr_Format(PyExc_TypeError, "%s: dtype %S; linattn takes %s", name, dtype,
+                     types_str(types));
         Py_DECREF(dtype);
         return -1;
     }
@@ -244,26 +264,6 @@ static const char *dtype_name(const char *fmt)
     }
 }
 
-/* The element types an argument takes, as a bit set. */
-enum {
-    T_F32 = 1u << LINATTN_F32,
-    T_ANY = T_F32 | 1u << LINATTN_BF16 | 1u << LINATTN_F16, /* q, k, v, beta, o */
-    T_STATE = T_F32 | 1u << LINATTN_BF16                     /* s */
-};
-
-static const char *dtype_str(linattn_dtype t)
-{
-    return t == LINATTN_BF16 ? "bfloat16" : t == LINATTN_F16 ? "float16" : "float32";
-}
-
-/* "float32, bfloat16 or float16" for a type set. */
-static const char *types_str(unsigned types)
-{
-    return types == T_ANY ? "float32, bfloat16 or float16"
-           : types == T_STATE ? "float32 or bfloat16"
-                              : "float32";
-}
-
 /* "bhtd"-style axis letters, one per buffer dimension, in the buffer's order;
  * types: the element types taken (numpy arrays: float32 'f' and float16 'e';
  * torch tensors also bfloat16). */
@@ -282,7 +282,7 @@ static int acquire_t(PyObject *obj, const char *name, const char *axes, const ch
                          name, types_str(types), Py_TYPE(obj)->tp_name);
             return -1;
         }
-        if (tensor_view(obj, name, v) != 0)
+        if (tensor_view(obj, name, types, v) != 0)
             return -1;
         if (!(types >> v->dt & 1u)) {
             PyErr_Format(PyExc_TypeError, "%s: dtype %s; linattn takes %s here", name,

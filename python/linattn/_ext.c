@@ -374,11 +374,14 @@ static int acquire_packed(PyObject *obj, const char *name, const char *shape, in
     int64_t expect = 1;
     for (int i = nd - 1; i >= 0; i--) {
         if (v->buf.shape[i] != want[i]) {
-            PyErr_Format(PyExc_ValueError, "%s: expected shape %s = (%lld, %lld, %lld%s%lld), "
-                         "dimension %d is %zd",
-                         name, shape, (long long)want[0], (long long)want[1], (long long)want[2],
-                         nd == 4 ? ", " : "", nd == 4 ? (long long)want[3] : 0LL, i,
-                         v->buf.shape[i]);
+            /* want has nd entries (1 for A_log, 4 for s): print those only */
+            char dims[96] = "";
+            size_t len = 0;
+            for (int j = 0; j < nd && len < sizeof dims; j++)
+                len += (size_t)snprintf(dims + len, sizeof dims - len, "%s%lld", j ? ", " : "",
+                                        (long long)want[j]);
+            PyErr_Format(PyExc_ValueError, "%s: expected shape %s = (%s), dimension %d is %zd",
+                         name, shape, dims, i, v->buf.shape[i]);
             goto fail;
         }
         if (want[i] > 1 && v->buf.strides[i] != expect * v->isz) {

@@ -1,8 +1,12 @@
 """The library's own entry points, one keyword per config field.
 
-Arrays are float32 numpy arrays or CPU torch tensors whose last dimension is
+Arrays are numpy arrays or CPU torch tensors whose last dimension is
 contiguous; any other strides are passed to the library as they are, so no
-input is copied. Outputs are of the kind of q (numpy array or torch tensor).
+input is copied. q, k, v, beta and o may each be float32, bfloat16 (torch)
+or float16 (torch, numpy), the state s float32 or bfloat16 (torch); the
+pointer and the type go to the library, which converts while it reads and
+rounds once when it writes. g, z, A_log and dt_bias are float32. Outputs are
+of the kind of q (numpy array or torch tensor) and of v's dtype, as fla's.
 """
 
 import sys
@@ -57,18 +61,29 @@ def wrap(a, as_torch):
     return a
 
 
-def _out(q, v):
-    """An output of q's kind shaped like v."""
+_float16 = np.dtype(np.float16)
+
+
+def _out(q, v, shape=None):
+    """An output of q's kind shaped like v (or shape), of v's dtype when
+    the library can write it and v is of q's kind (fla: o = empty_like(v)),
+    else float32."""
+    shape = tuple(v.shape) if shape is None else shape
     if isinstance(q, _ndarray):
-        return np.empty(v.shape, _float32)
+        dt = v.dtype if isinstance(v, _ndarray) and v.dtype == _float16 else _float32
+        return np.empty(shape, dt)
     torch = sys.modules.get('torch')
     if torch is not None and isinstance(q, torch.Tensor) and q.device.type == 'cpu':
-        return torch.empty(tuple(v.shape), dtype=torch.float32)
+        dt = torch.float32
+        if isinstance(v, torch.Tensor) and v.dtype in (torch.bfloat16, torch.float16):
+            dt = v.dtype
+        return torch.empty(shape, dtype=dt)
     return np.empty(getattr(v, 'shape', (1,)), _float32)  # the extension names q's fault
 
 
 def _call(kind, layout, q, k, v, g, beta, o, s, z, gate, phi, algo, causal, normalize, eps,
-          scale, chunk, num_threads, head_map, qk_l2norm, z_compensated=False):
+          scale, chunk, num_threads, head_map, qk_l2norm, z_compensated=False,
+          gate_act='none', gate_lower_bound=None, beta_act='none', A_log=None, dt_bias=None):
     # Everything goes to the extension as it is: it reads numpy arrays
     # through the buffer protocol and tensors through their pointer and
     # strides, and names ('elu1', 'bthd') and flags itself. Only o, when
@@ -81,13 +96,15 @@ def _call(kind, layout, q, k, v, g, beta, o, s, z, gate, phi, algo, causal, norm
     if o is None:
         o = _out(q, v)
     _ext.run(kind, layout, q, k, v, g, beta, o, s, z, gate, phi, algo, causal, normalize, eps,
-             scale, chunk, num_threads, head_map, qk_l2norm, z_compensated)
+             scale, chunk, num_threads, head_map, qk_l2norm, z_compensated, gate_act,
+             gate_lower_bound, beta_act, A_log, dt_bias)
     return o
 
 
 def forward(q, k, v, g=None, *, o=None, s=None, z=None, layout='bhtd', gate=None,
             phi='elu1', algo='auto', causal=True, normalize=True, eps=1e-6, scale=1.0,
-            chunk=0, num_threads=0, head_map='grouped', qk_l2norm=False, z_compensated=False):
+            chunk=0, num_threads=0, head_map='grouped', qk_l2norm=False, z_compensated=False,
+            gate_act='none', gate_lower_bound=None, A_log=None, dt_bias=None):
     """Whole-sequence linear attention (linattn_forward); returns o.
 
     layout 'bhtd': q, k [B, Hk, T, K], v [B, H, T, V] (the C library's order);
@@ -102,10 +119,19 @@ def forward(q, k, v, g=None, *, o=None, s=None, z=None, layout='bhtd', gate=None
     rounding error they have not absorbed z[:, :, 1] (the normaliser is
     their sum; zeros to start); see step. A chunked forward folds the error
     into the sums and leaves z[:, :, 1] zero.
-    o: where to write [B, H, T, V] / [B, T, H, V]; made when None.
+    o: where to write [B, H, T, V] / [B, T, H, V]; made when None, of v's
+    dtype.
+    Types: q, k, v, o float32, bfloat16 or float16; s float32 or bfloat16;
+    g, z float32.
+    gate_act 'softplus': g holds raw projections a, and the library uses
+    -exp(A_log[h]) * softplus(a + dt_bias); 'bounded_sigmoid':
+    gate_lower_bound * sigmoid(exp(A_log[h]) * (a + dt_bias)) with
+    gate_lower_bound < 0. A_log [H]; dt_bias None, [H], or with a channel
+    gate [H, K] or [H * K]; float32.
     """
     return _call(_FORWARD, layout, q, k, v, g, None, o, s, z, gate, phi, algo, causal,
-                 normalize, eps, scale, chunk, num_threads, head_map, qk_l2norm, z_compensated)
+                 normalize, eps, scale, chunk, num_threads, head_map, qk_l2norm, z_compensated,
+                 gate_act, gate_lower_bound, 'none', A_log, dt_bias)
 
 
 # The decode path is the extension's own function: a Python frame in front
@@ -117,27 +143,36 @@ step = _ext.step
 
 def delta_forward(q, k, v, beta, g=None, *, o=None, s=None, layout='bhtd', gate=None,
                   phi='identity', algo='auto', causal=True, normalize=False, eps=1e-6,
-                  scale=1.0, chunk=0, num_threads=0, head_map='grouped', qk_l2norm=False):
+                  scale=1.0, chunk=0, num_threads=0, head_map='grouped', qk_l2norm=False,
+                  gate_act='none', gate_lower_bound=None, beta_act='none', A_log=None,
+                  dt_bias=None):
     """The delta rule over a whole sequence (linattn_delta_forward); returns o.
 
     Shapes as for forward; beta [B, H, T] ('bhtd') or [B, T, H] ('bthd'),
     values in [0, 2]. Gate none: DeltaNet; token: Gated DeltaNet; channel:
     Kimi Delta Attention. s [B, H, K, V] in/out as for forward; no z.
+    Types and gate_act as for forward; beta float32, bfloat16 or float16.
+    beta_act 'sigmoid': beta holds logits b and the library uses
+    sigmoid(b); 'sigmoid2': 2 * sigmoid(b) (fla's allow_neg_eigval).
     """
     return _call(_DELTA_FORWARD, layout, q, k, v, g, beta, o, s,
                  None, gate, phi, algo, causal, normalize, eps, scale, chunk, num_threads,
-                 head_map, qk_l2norm)
+                 head_map, qk_l2norm, False, gate_act, gate_lower_bound, beta_act, A_log,
+                 dt_bias)
 
 
 def delta_step(q, k, v, beta, g=None, *, s, o=None, gate=None, phi='identity', algo='auto',
                causal=True, normalize=False, eps=1e-6, scale=1.0, chunk=0, num_threads=0,
-               head_map='grouped', qk_l2norm=False):
+               head_map='grouped', qk_l2norm=False, gate_act='none', gate_lower_bound=None,
+               beta_act='none', A_log=None, dt_bias=None):
     """One decode token of the delta rule (linattn_delta_step); returns o.
 
     Shapes as for step; beta [B, H]; s [B, H, K, V] updated in place.
+    Types, gate_act and beta_act as for delta_forward.
     """
     return _call(_DELTA_STEP, 'bhtd', q, k, v, g, beta, o, s, None, gate, phi, algo, causal,
-                 normalize, eps, scale, chunk, num_threads, head_map, qk_l2norm)
+                 normalize, eps, scale, chunk, num_threads, head_map, qk_l2norm, False,
+                 gate_act, gate_lower_bound, beta_act, A_log, dt_bias)
 
 
 def isa():

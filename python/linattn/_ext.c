@@ -26,8 +26,10 @@ enum { LAYOUT_BHTD, LAYOUT_BTHD };
 typedef struct {
     Py_buffer buf;
     int held; /* 1: a buffer to release; 2: a torch tensor, read in place */
+    linattn_dtype dt; /* the element type; isz its bytes */
+    int isz;
     int64_t n[4];
-    int64_t st[4]; /* in floats */
+    int64_t st[4]; /* in elements */
     Py_ssize_t tshape[8], tstrides[8];
 } view;
 
@@ -41,7 +43,7 @@ static void release(view *v)
 /* Torch tensors do not export buffers. Reading their pointer, shape and
  * strides here costs a fraction of tensor.numpy(), which matters for a
  * decode step. torch is never imported from here: a tensor means it is. */
-static PyObject *torch_tensor, *torch_float32;
+static PyObject *torch_tensor, *torch_float32, *torch_bfloat16, *torch_float16;
 static PyObject *s_is_cpu, *s_dtype, *s_shape, *s_is_contiguous, *s_stride, *s_data_ptr,
     *s_device;
 
@@ -102,10 +104,15 @@ static int is_tensor(PyObject *obj)
             return PyErr_Occurred() ? -1 : 0;
         torch_tensor = PyObject_GetAttrString(torch, "Tensor");
         torch_float32 = PyObject_GetAttrString(torch, "float32");
+        torch_bfloat16 = PyObject_GetAttrString(torch, "bfloat16");
+        torch_float16 = PyObject_GetAttrString(torch, "float16");
         Py_DECREF(torch);
-        if (torch_tensor == NULL || torch_float32 == NULL || !PyType_Check(torch_tensor)) {
+        if (torch_tensor == NULL || torch_float32 == NULL || torch_bfloat16 == NULL ||
+            torch_float16 == NULL || !PyType_Check(torch_tensor)) {
             Py_CLEAR(torch_tensor);
             Py_CLEAR(torch_float32);
+            Py_CLEAR(torch_bfloat16);
+            Py_CLEAR(torch_float16);
             return -1;
         }
     }
@@ -114,8 +121,30 @@ static int is_tensor(PyObject *obj)
     return PyObject_IsInstance(obj, torch_tensor);
 }
 
-/* Fills v->buf from a CPU float32 tensor as a buffer would be filled. */
-static int tensor_view(PyObject *obj, const char *name, view *v)
+/* The element types an argument takes, as a bit set. */
+enum {
+    T_F32 = 1u << LINATTN_F32,
+    T_ANY = T_F32 | 1u << LINATTN_BF16 | 1u << LINATTN_F16, /* q, k, v, beta, o */
+    T_STATE = T_F32 | 1u << LINATTN_BF16                     /* s */
+};
+
+static const char *dtype_str(linattn_dtype t)
+{
+    return t == LINATTN_BF16 ? "bfloat16" : t == LINATTN_F16 ? "float16" : "float32";
+}
+
+/* "float32, bfloat16 or float16" for a type set. */
+static const char *types_str(unsigned types)
+{
+    return types == T_ANY ? "float32, bfloat16 or float16"
+           : types == T_STATE ? "float32 or bfloat16"
+                              : "float32";
+}
+
+/* Fills v->buf from a CPU float32, bfloat16 or float16 tensor as a buffer
+ * would be filled, and v->dt, v->isz from its dtype (acquire() decides
+ * which types the argument takes). */
+static int tensor_view(PyObject *obj, const char *name, unsigned types, view *v)
 {
     const int fast = Py_IS_TYPE(obj, (PyTypeObject *)torch_tensor) && descriptors_current();
 #define GET(d, s) \
@@ -138,8 +167,15 @@ static int tensor_view(PyObject *obj, const char *name, view *v)
     PyObject *dtype = GET(desc.dtype, s_dtype);
     if (dtype == NULL)
         return -1;
-    if (dtype != torch_float32) {
-        PyErr_Format(PyExc_TypeError, "%s: dtype %S; linattn takes float32", name, dtype);
+    if (dtype == torch_float32) {
+        v->dt = LINATTN_F32, v->isz = 4;
+    } else if (dtype == torch_bfloat16) {
+        v->dt = LINATTN_BF16, v->isz = 2;
+    } else if (dtype == torch_float16) {
+        v->dt = LINATTN_F16, v->isz = 2;
+    } else {
+        PyErr_Format(PyExc_TypeError, "%s: dtype %S; linattn takes %s", name, dtype,
+                     types_str(types));
         Py_DECREF(dtype);
         return -1;
     }
@@ -189,7 +225,7 @@ static int tensor_view(PyObject *obj, const char *name, view *v)
             goto out;
         }
         packed *= n;
-        v->tstrides[i] *= 4;
+        v->tstrides[i] *= v->isz;
     }
     v->buf.buf = PyLong_AsVoidPtr(ptr);
     if (PyErr_Occurred())
@@ -197,8 +233,8 @@ static int tensor_view(PyObject *obj, const char *name, view *v)
     v->buf.ndim = (int)nd;
     v->buf.shape = v->tshape;
     v->buf.strides = v->tstrides;
-    v->buf.itemsize = 4;
-    v->buf.format = "f";
+    v->buf.itemsize = v->isz;
+    v->buf.format = NULL; /* v->dt says */
     v->held = 2;
     rc = 0;
 out:
@@ -228,9 +264,11 @@ static const char *dtype_name(const char *fmt)
     }
 }
 
-/* "bhtd"-style axis letters, one per buffer dimension, in the buffer's order. */
-static int acquire(PyObject *obj, const char *name, const char *axes, const char *shape,
-                   int writable, view *v)
+/* "bhtd"-style axis letters, one per buffer dimension, in the buffer's order;
+ * types: the element types taken (numpy arrays: float32 'f' and float16 'e';
+ * torch tensors also bfloat16). */
+static int acquire_t(PyObject *obj, const char *name, const char *axes, const char *shape,
+                     int writable, unsigned types, view *v)
 {
     v->held = 0; /* the rest is filled below before it is read */
     const int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
@@ -240,12 +278,18 @@ static int acquire(PyObject *obj, const char *name, const char *axes, const char
             return -1;
         if (t == 0) {
             PyErr_Format(PyExc_TypeError,
-                         "%s: expected a float32 numpy array or CPU torch tensor, got %.100s",
-                         name, Py_TYPE(obj)->tp_name);
+                         "%s: expected a %s numpy array or CPU torch tensor, got %.100s",
+                         name, types_str(types), Py_TYPE(obj)->tp_name);
             return -1;
         }
-        if (tensor_view(obj, name, v) != 0)
+        if (tensor_view(obj, name, types, v) != 0)
             return -1;
+        if (!(types >> v->dt & 1u)) {
+            PyErr_Format(PyExc_TypeError, "%s: dtype %s; linattn takes %s here", name,
+                         dtype_str(v->dt), types_str(types));
+            v->held = 0;
+            return -1;
+        }
     } else if (PyObject_GetBuffer(obj, &v->buf, flags) != 0) {
         PyErr_Clear();
         if (writable && PyObject_GetBuffer(obj, &v->buf, PyBUF_STRIDES) == 0) {
@@ -254,20 +298,27 @@ static int acquire(PyObject *obj, const char *name, const char *axes, const char
                          name);
         } else {
             PyErr_Format(PyExc_TypeError,
-                         "%s: expected a float32 numpy array or CPU torch tensor, got %.100s",
-                         name, Py_TYPE(obj)->tp_name);
+                         "%s: expected a %s numpy array or CPU torch tensor, got %.100s",
+                         name, types_str(types), Py_TYPE(obj)->tp_name);
         }
         return -1;
     } else {
         v->held = 1;
-    }
-    const char *fmt = v->buf.format;
-    const int le = fmt && (fmt[0] == 'f' || ((fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') &&
-                                             fmt[1] == 'f' && fmt[2] == 0));
-    if (!le || v->buf.itemsize != 4 || (fmt[0] == 'f' && fmt[1] != 0)) {
-        PyErr_Format(PyExc_TypeError, "%s: dtype %s; linattn takes float32", name,
-                     dtype_name(fmt));
-        goto fail;
+        /* native-order float32 'f' or float16 'e', one letter */
+        const char *fmt = v->buf.format;
+        const char *f = fmt && (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@') ? fmt + 1 : fmt;
+        const int one = f && f[0] && f[1] == 0;
+        if (one && f[0] == 'f' && v->buf.itemsize == 4)
+            v->dt = LINATTN_F32, v->isz = 4;
+        else if (one && f[0] == 'e' && v->buf.itemsize == 2)
+            v->dt = LINATTN_F16, v->isz = 2;
+        else
+            v->isz = 0;
+        if (v->isz == 0 || !(types >> v->dt & 1u)) {
+            PyErr_Format(PyExc_TypeError, "%s: dtype %s; linattn takes %s here", name,
+                         v->isz ? dtype_str(v->dt) : dtype_name(fmt), types_str(types));
+            goto fail;
+        }
     }
     const int nd = (int)strlen(axes);
     if (v->buf.ndim != nd) {
@@ -282,19 +333,19 @@ static int acquire(PyObject *obj, const char *name, const char *axes, const char
     for (int i = 0; i < nd; i++) {
         const int a = axes[i] == 'b' ? 0 : axes[i] == 'h' ? 1 : axes[i] == 't' ? 2 : 3;
         const Py_ssize_t bytes = v->buf.strides[i];
-        if (bytes % 4 != 0) {
+        if (bytes % v->isz != 0) {
             PyErr_Format(PyExc_ValueError,
-                         "%s: stride %zd bytes of dimension %d is not a whole number of floats",
+                         "%s: stride %zd bytes of dimension %d is not a whole number of elements",
                          name, bytes, i);
             goto fail;
         }
         v->n[a] = v->buf.shape[i];
-        v->st[a] = bytes / 4;
+        v->st[a] = bytes / v->isz;
     }
     /* The kernels read a feature row as consecutive floats. */
     if (axes[nd - 1] == 'd' && v->n[3] > 1 && v->st[3] != 1) {
         PyErr_Format(PyExc_ValueError,
-                     "%s: the last dimension must be contiguous (its stride is %lld floats); "
+                     "%s: the last dimension must be contiguous (its stride is %lld elements); "
                      "other dimensions may have any stride",
                      name, (long long)v->st[3]);
         goto fail;
@@ -305,24 +356,35 @@ fail:
     return -1;
 }
 
+/* A float32-only argument (g, z, A_log, dt_bias, and everything of the four
+ * float32 calls). */
+static int acquire(PyObject *obj, const char *name, const char *axes, const char *shape,
+                   int writable, view *v)
+{
+    return acquire_t(obj, name, axes, shape, writable, T_F32, v);
+}
+
 /* State buffers have no strides in the API: they must be packed. */
 static int acquire_packed(PyObject *obj, const char *name, const char *shape, int nd,
-                          const int64_t *want, view *v)
+                          const int64_t *want, unsigned types, view *v)
 {
     static const char axes[][5] = {"", "x", "xx", "xxx", "xxxx"}; /* no contiguous-row check: packed below */
-    if (acquire(obj, name, axes[nd], shape, 1, v) != 0)
+    if (acquire_t(obj, name, axes[nd], shape, 1, types, v) != 0)
         return -1;
     int64_t expect = 1;
     for (int i = nd - 1; i >= 0; i--) {
         if (v->buf.shape[i] != want[i]) {
-            PyErr_Format(PyExc_ValueError, "%s: expected shape %s = (%lld, %lld, %lld%s%lld), "
-                         "dimension %d is %zd",
-                         name, shape, (long long)want[0], (long long)want[1], (long long)want[2],
-                         nd == 4 ? ", " : "", nd == 4 ? (long long)want[3] : 0LL, i,
-                         v->buf.shape[i]);
+            /* want has nd entries (1 for A_log, 4 for s): print those only */
+            char dims[96] = "";
+            size_t len = 0;
+            for (int j = 0; j < nd && len < sizeof dims; j++)
+                len += (size_t)snprintf(dims + len, sizeof dims - len, "%s%lld", j ? ", " : "",
+                                        (long long)want[j]);
+            PyErr_Format(PyExc_ValueError, "%s: expected shape %s = (%s), dimension %d is %zd",
+                         name, shape, dims, i, v->buf.shape[i]);
             goto fail;
         }
-        if (want[i] > 1 && v->buf.strides[i] != expect * 4) {
+        if (want[i] > 1 && v->buf.strides[i] != expect * v->isz) {
             PyErr_Format(PyExc_ValueError, "%s: must be C-contiguous", name);
             goto fail;
         }
@@ -409,7 +471,15 @@ static choice algos[] = {{"auto", LINATTN_ALGO_AUTO, NULL}, {"chunked", LINATTN_
                          {"recurrent", LINATTN_ALGO_RECURRENT, NULL}, {NULL, 0, NULL}};
 static choice head_maps[] = {{"grouped", LINATTN_HEADS_GROUPED, NULL},
                              {"tiled", LINATTN_HEADS_TILED, NULL}, {NULL, 0, NULL}};
-static choice *const all_choices[] = {layouts, gates, phis, algos, head_maps};
+static choice gate_acts[] = {{"none", LINATTN_GATE_ACT_NONE, NULL},
+                             {"softplus", LINATTN_GATE_ACT_SOFTPLUS, NULL},
+                             {"bounded_sigmoid", LINATTN_GATE_ACT_BOUNDED_SIGMOID, NULL},
+                             {NULL, 0, NULL}};
+static choice beta_acts[] = {{"none", LINATTN_BETA_ACT_NONE, NULL},
+                             {"sigmoid", LINATTN_BETA_ACT_SIGMOID, NULL},
+                             {"sigmoid2", LINATTN_BETA_ACT_SIGMOID2, NULL}, {NULL, 0, NULL}};
+static choice *const all_choices[] = {layouts, gates, phis, algos, head_maps, gate_acts,
+                                      beta_acts};
 
 static int choose(PyObject *o, const char *what, const choice *c, long long *out)
 {
@@ -454,13 +524,19 @@ static int flag(PyObject *o, const char *name, long long *out)
 /* The arguments of compute(), in order. */
 enum {
     A_KIND, A_LAYOUT, A_Q, A_K, A_V, A_G, A_BETA, A_O, A_S, A_Z, A_GATE, A_PHI, A_ALGO,
-    A_CAUSAL, A_NORMALIZE, A_EPS, A_SCALE, A_CHUNK, A_THREADS, A_HEAD_MAP, A_L2, A_ZC, N_ARGS
+    A_CAUSAL, A_NORMALIZE, A_EPS, A_SCALE, A_CHUNK, A_THREADS, A_HEAD_MAP, A_L2, A_ZC,
+    A_GATE_ACT, A_LOWER, A_BETA_ACT, A_ALOG, A_DTBIAS, N_ARGS
 };
 
 /* One call of the library on N_ARGS arguments: kind, layout, q, k, v, g,
  * beta, o, s, z, gate, phi, algo, causal, normalize, eps, scale, chunk,
- * num_threads, head_map, qk_l2norm, z_compensated; layout, gate, phi, algo
- * and head_map by name, gate None meaning: from g's number of dimensions.
+ * num_threads, head_map, qk_l2norm, z_compensated, gate_act,
+ * gate_lower_bound, beta_act, A_log, dt_bias; layout, gate, phi, algo,
+ * head_map, gate_act and beta_act by name, gate None meaning: from g's
+ * number of dimensions. q, k, v, beta and o may be float32, bfloat16 or
+ * float16 and s float32 or bfloat16: such a call, or one with an
+ * activation, goes through linattn_run, which takes the types; a float32
+ * call without one goes to the four float32 entry points as before.
  * 0, or -1 with an exception set. */
 /* The serving form (run_pool): index arrays (int32 numpy arrays or None),
  * cu_seqlens (int64 or None) and the pool's order. */
@@ -490,7 +566,7 @@ static int acquire_ints(PyObject *obj, const char *name, Py_ssize_t itemsize, Py
 static int compute(PyObject *const *args, const pool_args *pa)
 {
     long long kind, layout, gate = -1, phi, algo, causal, normalize, chunk, threads, head_map,
-              l2, zc;
+              l2, zc, gate_act, beta_act;
     if (as_long(args[0], "kind", 0, 3, &kind) || choose(args[1], "layout", layouts, &layout) ||
         (args[10] != Py_None && choose(args[10], "gate", gates, &gate)) ||
         choose(args[11], "phi", phis, &phi) || choose(args[12], "algo", algos, &algo) ||
@@ -498,8 +574,11 @@ static int compute(PyObject *const *args, const pool_args *pa)
         as_long(args[17], "chunk", LLONG_MIN, LLONG_MAX, &chunk) ||
         as_long(args[18], "num_threads", INT_MIN, INT_MAX, &threads) ||
         choose(args[19], "head_map", head_maps, &head_map) ||
-        flag(args[20], "qk_l2norm", &l2) || flag(args[21], "z_compensated", &zc))
+        flag(args[20], "qk_l2norm", &l2) || flag(args[21], "z_compensated", &zc) ||
+        choose(args[A_GATE_ACT], "gate_act", gate_acts, &gate_act) ||
+        choose(args[A_BETA_ACT], "beta_act", beta_acts, &beta_act))
         return -1;
+    const double lower = args[A_LOWER] == Py_None ? 0.0 : PyFloat_AsDouble(args[A_LOWER]);
     const double eps = PyFloat_AsDouble(args[15]), scale = PyFloat_AsDouble(args[16]);
     if (PyErr_Occurred())
         return -1;
@@ -538,16 +617,17 @@ static int compute(PyObject *const *args, const pool_args *pa)
     const char *bt_shape = step ? "[B, H]" : bthd ? "[B, T, H]" : "[B, H, T]";
 
     /* Only held is read before acquire() fills a view. */
-    view q, k, v, g, beta, o, s, z;
+    view q, k, v, g, beta, o, s, z, alog, dtb;
     q.held = k.held = v.held = g.held = beta.held = o.held = s.held = z.held = 0;
+    alog.held = dtb.held = 0;
     int ret = -1;
     linattn_state_pool pool = {0};
     Py_buffer ib[4];
     int ib_held[4] = {0, 0, 0, 0};
-    if (acquire(args[2], "q", qk_axes, qk_shape, 0, &q) ||
-        acquire(args[3], "k", qk_axes, qk_shape, 0, &k) ||
-        acquire(args[4], "v", qk_axes, v_shape, 0, &v) ||
-        acquire(args[7], "o", qk_axes, v_shape, 1, &o))
+    if (acquire_t(args[2], "q", qk_axes, qk_shape, 0, T_ANY, &q) ||
+        acquire_t(args[3], "k", qk_axes, qk_shape, 0, T_ANY, &k) ||
+        acquire_t(args[4], "v", qk_axes, v_shape, 0, T_ANY, &v) ||
+        acquire_t(args[7], "o", qk_axes, v_shape, 1, T_ANY, &o))
         goto done;
     const int64_t B = q.n[0], Hq = q.n[1], T = q.n[2], dk = q.n[3];
     const int64_t H = v.n[1], dv = v.n[3];
@@ -580,14 +660,14 @@ static int compute(PyObject *const *args, const pool_args *pa)
             goto done;
     }
     if (delta && beta_obj != Py_None) {
-        if (acquire(beta_obj, "beta", bt_axes, bt_shape, 0, &beta) ||
+        if (acquire_t(beta_obj, "beta", bt_axes, bt_shape, 0, T_ANY, &beta) ||
             same(&beta, "beta", "batch", 0, B) || same(&beta, "beta", "heads", 1, H) ||
             same(&beta, "beta", "tokens", 2, T))
             goto done;
     }
     if (pa && s_obj != Py_None) {
         /* the pool: [slots, H, K, V] (V-first: [slots, H, V, K]), any strides */
-        if (acquire(s_obj, "initial_state", "xxxx", "[slots, H, K, V]", 1, &s))
+        if (acquire_t(s_obj, "initial_state", "xxxx", "[slots, H, K, V]", 1, T_STATE, &s))
             goto done;
         const Py_ssize_t *sh = s.buf.shape, *sb = s.buf.strides;
         const int64_t r = pa->vfirst ? dv : dk, c = pa->vfirst ? dk : dv;
@@ -599,18 +679,20 @@ static int compute(PyObject *const *args, const pool_args *pa)
                          pa->vfirst ? "V-first" : "K-first", sh[0], sh[1], sh[2], sh[3]);
             goto done;
         }
+        const Py_ssize_t e = s.isz;
         for (int i = 0; i < 4; i++)
-            if (sb[i] % 4) {
-                PyErr_SetString(PyExc_ValueError, "initial_state: strides must be whole floats");
+            if (sb[i] % e) {
+                PyErr_SetString(PyExc_ValueError,
+                                "initial_state: strides must be whole elements");
                 goto done;
             }
         pool.slots = sh[0];
-        pool.slot = sb[0] / 4, pool.head = sb[1] / 4;
-        pool.row = (pa->vfirst ? sb[3] : sb[2]) / 4;
-        pool.col = (pa->vfirst ? sb[2] : sb[3]) / 4;
+        pool.slot = sb[0] / e, pool.head = sb[1] / e;
+        pool.row = (pa->vfirst ? sb[3] : sb[2]) / e;
+        pool.col = (pa->vfirst ? sb[2] : sb[3]) / e;
     } else if (s_obj != Py_None) {
         const int64_t want[4] = {B, H, dk, dv};
-        if (acquire_packed(s_obj, "s", "[B, H, K, V]", 4, want, &s))
+        if (acquire_packed(s_obj, "s", "[B, H, K, V]", 4, want, T_STATE, &s))
             goto done;
     }
     if (pa && z_obj != Py_None) {
@@ -627,8 +709,25 @@ static int compute(PyObject *const *args, const pool_args *pa)
     } else if (z_obj != Py_None) {
         /* Compensated: per (b, h), dk sums, then dk rounding errors. */
         const int64_t plain[3] = {B, H, dk}, compensated[4] = {B, H, 2, dk};
-        if (zc == 1 ? acquire_packed(z_obj, "z", "[B, H, 2, K]", 4, compensated, &z)
-                    : acquire_packed(z_obj, "z", "[B, H, K]", 3, plain, &z))
+        if (zc == 1 ? acquire_packed(z_obj, "z", "[B, H, 2, K]", 4, compensated, T_F32, &z)
+                    : acquire_packed(z_obj, "z", "[B, H, K]", 3, plain, T_F32, &z))
+            goto done;
+    }
+    /* The gate activation's parameters: A_log [H]; dt_bias [H], or with a
+     * channel gate [H, K] or fla's flat [H * K]; float32, C-contiguous. */
+    if (args[A_ALOG] != Py_None) {
+        const int64_t want[1] = {H};
+        if (acquire_packed(args[A_ALOG], "A_log", "[H]", 1, want, T_F32, &alog))
+            goto done;
+    }
+    if (args[A_DTBIAS] != Py_None) {
+        const int chan = gate == LINATTN_GATE_CHANNEL;
+        const int nd = ndim_of(args[A_DTBIAS]);
+        const int64_t flat[1] = {chan ? H * dk : H}, two[2] = {H, dk};
+        if (chan && nd == 2 ? acquire_packed(args[A_DTBIAS], "dt_bias", "[H, K]", 2, two, T_F32,
+                                             &dtb)
+                            : acquire_packed(args[A_DTBIAS], "dt_bias",
+                                             chan ? "[H * K]" : "[H]", 1, flat, T_F32, &dtb))
             goto done;
     }
 
@@ -658,10 +757,21 @@ static int compute(PyObject *const *args, const pool_args *pa)
         cfg.g = strides_of(&g);
     if (beta.held)
         cfg.beta = strides_of(&beta);
+    cfg.dtype.q = q.dt, cfg.dtype.k = k.dt, cfg.dtype.v = v.dt, cfg.dtype.o = o.dt;
+    cfg.dtype.beta = beta.held ? beta.dt : LINATTN_F32;
+    cfg.dtype.s = s.held ? s.dt : LINATTN_F32;
+    cfg.gate_act = (linattn_gate_act)gate_act;
+    cfg.gate_lower_bound = (float)lower;
+    cfg.beta_act = (linattn_beta_act)beta_act;
+    /* linattn_run takes the types and activations; the four float32
+     * calls, a little cheaper for a decode step, refuse them. */
+    const int typed = q.dt || k.dt || v.dt || o.dt || cfg.dtype.beta || cfg.dtype.s ||
+                      gate_act || beta_act || alog.held || dtb.held;
 
-    const float *gp = g.held ? g.buf.buf : NULL, *bp = beta.held ? beta.buf.buf : NULL;
-    float *sp = s.held ? s.buf.buf : NULL, *zp = z.held ? z.buf.buf : NULL;
+    const void *gp = g.held ? g.buf.buf : NULL, *bp = beta.held ? beta.buf.buf : NULL;
+    void *sp = s.held ? s.buf.buf : NULL, *zp = z.held ? z.buf.buf : NULL;
     linattn_status st;
+    int64_t nseq = B;
     if (pa) {
         PyObject *const objs[4] = {pa->rd, pa->wr, pa->snap, pa->cu};
         static const char *const names[4] = {"read slots", "write slots", "snapshot slots",
@@ -672,7 +782,7 @@ static int compute(PyObject *const *args, const pool_args *pa)
                     goto done;
                 ib_held[i] = 1;
             }
-        const int64_t nseq = ib_held[3] ? (int64_t)(ib[3].len / 8) - 1 : B;
+        nseq = ib_held[3] ? (int64_t)(ib[3].len / 8) - 1 : B;
         for (int i = 0; i < 3; i++)
             if (ib_held[i] && ib[i].len / 4 < nseq * (i == 2 ? (int64_t)(ib[2].ndim == 2 ? ib[2].shape[1] : 1) : 1)) {
                 PyErr_Format(PyExc_ValueError, "%s: %zd entries for %lld sequences", names[i],
@@ -685,11 +795,16 @@ static int compute(PyObject *const *args, const pool_args *pa)
             pool.snapshot_slots = ib[2].buf;
             pool.snapshots = ib[2].ndim == 2 ? ib[2].shape[1] : 1;
         }
+    }
+    if (pa || typed) {
         linattn_operands ops;
         linattn_operands_init(&ops);
-        ops.q = q.buf.buf, ops.k = k.buf.buf, ops.v = v.buf.buf, ops.g = gp, ops.beta = bp;
+        ops.q = q.buf.buf, ops.k = k.buf.buf, ops.v = v.buf.buf, ops.g = (const float *)gp;
+        ops.beta = bp;
         ops.o = o.buf.buf, ops.s = sp, ops.z = zp;
-        ops.pool = sp ? &pool : NULL;
+        ops.pool = pa && sp ? &pool : NULL;
+        ops.A_log = alog.held ? alog.buf.buf : NULL;
+        ops.dt_bias = dtb.held ? dtb.buf.buf : NULL;
         if (ib_held[3])
             ops.cu_seqlens = ib[3].buf, ops.num_seqs = nseq;
         Py_BEGIN_ALLOW_THREADS
@@ -730,6 +845,8 @@ done:
     release(&o);
     release(&s);
     release(&z);
+    release(&alog);
+    release(&dtb);
     return ret;
 }
 
@@ -773,7 +890,8 @@ static const char *const step_names[N_ARGS] = {
     [A_GATE] = "gate", [A_PHI] = "phi", [A_ALGO] = "algo", [A_CAUSAL] = "causal",
     [A_NORMALIZE] = "normalize", [A_EPS] = "eps", [A_SCALE] = "scale", [A_CHUNK] = "chunk",
     [A_THREADS] = "num_threads", [A_HEAD_MAP] = "head_map", [A_L2] = "qk_l2norm",
-    [A_ZC] = "z_compensated",
+    [A_ZC] = "z_compensated", [A_GATE_ACT] = "gate_act", [A_LOWER] = "gate_lower_bound",
+    [A_ALOG] = "A_log", [A_DTBIAS] = "dt_bias",
 };
 static PyObject *step_keywords[N_ARGS], *step_defaults[N_ARGS];
 static PyObject *make_output; /* _api._out(q, v): an output of q's kind */
@@ -802,6 +920,11 @@ static int step_init(void)
     d[A_HEAD_MAP] = Py_NewRef(head_maps[LINATTN_HEADS_GROUPED].str);
     d[A_L2] = Py_NewRef(Py_False);
     d[A_ZC] = Py_NewRef(Py_False);
+    d[A_GATE_ACT] = Py_NewRef(gate_acts[LINATTN_GATE_ACT_NONE].str);
+    d[A_LOWER] = Py_NewRef(Py_None);
+    d[A_BETA_ACT] = Py_NewRef(beta_acts[LINATTN_BETA_ACT_NONE].str);
+    d[A_ALOG] = Py_NewRef(Py_None);
+    d[A_DTBIAS] = Py_NewRef(Py_None);
     for (int i = 0; i < N_ARGS; i++)
         if (i != A_Q && i != A_K && i != A_V && i != A_S && d[i] == NULL)
             return -1;
@@ -954,9 +1077,9 @@ static PyObject *step_loop(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (acquire(args[3], "o", "bhd", "[B, H, V]", 1, &o))
         goto o_fail;
     const int64_t ws[4] = {q.n[0], q.n[1], q.n[3], v.n[3]};
-    if (acquire_packed(args[4], "s", "[B, H, K, V]", 4, ws, &s))
+    if (acquire_packed(args[4], "s", "[B, H, K, V]", 4, ws, T_F32, &s))
         goto s_fail;
-    if (acquire_packed(args[5], "z", "[B, H, K]", 3, ws, &z))
+    if (acquire_packed(args[5], "z", "[B, H, K]", 3, ws, T_F32, &z))
         goto z_fail;
     linattn_config cfg;
     linattn_config_init_step(&cfg, q.n[0], q.n[1], q.n[3], v.n[3]);
@@ -1000,7 +1123,8 @@ k_fail:
 PyDoc_STRVAR(step_doc,
 "step($module, q, k, v, g=None, *, s, z=None, o=None, gate=None, phi='elu1',\n"
 "     algo='auto', causal=True, normalize=True, eps=1e-06, scale=1.0, chunk=0,\n"
-"     num_threads=0, head_map='grouped', qk_l2norm=False, z_compensated=False)\n"
+"     num_threads=0, head_map='grouped', qk_l2norm=False, z_compensated=False,\n"
+"     gate_act='none', gate_lower_bound=None, A_log=None, dt_bias=None)\n"
 "--\n"
 "\n"
 "One decode token per (batch, head) (linattn_step); returns o.\n"
@@ -1011,7 +1135,10 @@ PyDoc_STRVAR(step_doc,
 "z_compensated=True keeps z accurate over long runs of steps: z is then\n"
 "[B, H, 2, K], the sums z[:, :, 0] and the rounding error they have not\n"
 "absorbed z[:, :, 1], both carried from step to step (the normaliser is\n"
-"their sum; zeros to start). Other keywords as for forward().");
+"their sum; zeros to start). q, k, v, o may be float32, bfloat16 or\n"
+"float16 and s float32 or bfloat16 (torch; numpy: float16). gate_act\n"
+"'softplus' or 'bounded_sigmoid': g holds raw gate projections, activated\n"
+"with A_log [H] and dt_bias. Other keywords as for forward().");
 
 static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "Run one linattn entry point."},

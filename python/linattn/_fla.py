@@ -9,7 +9,16 @@ is a new array. With cu_seqlens, B must be 1 and the sequences lie packed
 along T; each has its own state. Value heads may outnumber q/k heads
 (grouped, as fla's GVA). Inputs are used in place through their strides;
 copies are made only where fla's own options ask for a transformation
-(reverse, state_v_first, beta sigmoid, gate activation, g plus g_gamma).
+(reverse, state_v_first, g plus g_gamma) and to bring g, A_log and dt_bias
+to float32 when given in another float type.
+
+Types: q, k, v and beta float32, bfloat16 (torch) or float16 (torch,
+numpy), read where they lie; o has v's dtype, as fla's. The state is
+float32, or bfloat16 when initial_state (or the pool) is a bfloat16 tensor;
+the final state has the dtype of initial_state (float32 when none is
+given). use_gate_in_kernel (with A_log, dt_bias, lower_bound) and
+use_beta_sigmoid_in_kernel / allow_neg_eigval run in the library's input
+stage on the raw projections: nothing is computed or copied here.
 
 Serving (vLLM's names): initial_state may be a pool of states
 [slots, H, K, V] ([slots, H, V, K] with state_v_first), any strides;
@@ -20,12 +29,13 @@ goes to indices[n][j], the read slot is indices[n][num_accepted_tokens[n]
 it. cu_seqlens and the pool form are one linattn_run call.
 """
 
+import sys
 import warnings
 
 import numpy as np
 
 from . import _ext
-from ._api import _DELTA_FORWARD, _FORWARD, _call, as_numpy, wrap
+from ._api import _DELTA_FORWARD, _FORWARD, _call, _no_backward, _out, as_numpy, wrap
 
 _BTHD = 'bthd'
 
@@ -44,11 +54,86 @@ def _segments(cu_seqlens, B, T):
     return list(zip(cu, cu[1:]))
 
 
+def _torch_of(x):
+    """The torch module when x is a torch tensor, else None."""
+    torch = sys.modules.get('torch')
+    return torch if torch is not None and isinstance(x, torch.Tensor) else None
+
+
 def _flip(x):
-    return None if x is None else np.ascontiguousarray(x[:, ::-1])
+    """x reversed along the token axis (a copy)."""
+    if x is None:
+        return None
+    torch = _torch_of(x)
+    return torch.flip(x, [1]) if torch else np.ascontiguousarray(x[:, ::-1])
 
 
-_I32, _I64, _F32 = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32)
+def _check_grad(**tensors):
+    torch = sys.modules.get('torch')
+    if torch is not None and torch.is_grad_enabled():
+        for name, x in tensors.items():
+            if isinstance(x, torch.Tensor) and x.requires_grad:
+                raise RuntimeError(_no_backward(name))
+
+
+def _as_f32(x, name):
+    """g, A_log, dt_bias, g_gamma: float32 as given; another float type is
+    converted (a copy: the library reads these in float32 only); any other
+    type goes on to the extension, which names it."""
+    if x is None:
+        return None
+    torch = _torch_of(x)
+    if torch is not None:
+        if x.dtype != torch.float32 and x.is_floating_point():
+            return x.to(torch.float32)  # still tracked: a gradient need is caught after
+        return x
+    if not isinstance(x, np.ndarray):
+        x = np.asarray(x)
+    if x.dtype != np.float32 and x.dtype.kind == 'f':
+        return x.astype(np.float32)
+    return x
+
+
+def _zeros(q, shape):
+    """A float32 zero state of q's kind."""
+    torch = _torch_of(q)
+    return torch.zeros(shape, dtype=torch.float32) if torch else np.zeros(shape, np.float32)
+
+
+def _state_copy(x, q, v_first=False):
+    """A C-contiguous copy of state x in its own dtype ([N, H, V, K] read
+    K-first when v_first), of q's kind where the dtype allows."""
+    torch = _torch_of(x)
+    ok = (x.dtype in (torch.float32, torch.bfloat16) if torch is not None
+          else isinstance(x, np.ndarray) and x.dtype == np.float32)
+    if not ok:
+        raise TypeError(f'initial_state: dtype {getattr(x, "dtype", type(x).__name__)}; '
+                        f'linattn keeps the state in float32 or bfloat16 (torch)')
+    if torch is not None:
+        x = x.detach()
+        if v_first:
+            x = x.transpose(2, 3)
+        return x.clone(memory_format=torch.contiguous_format)
+    x = np.array(x.transpose(0, 1, 3, 2) if v_first else x, order='C')
+    if _torch_of(q) is not None:
+        return sys.modules['torch'].from_numpy(x)
+    return x
+
+
+def _v_first(st):
+    """A K-first state [N, H, K, V] as a new V-first one."""
+    torch = _torch_of(st)
+    if torch is not None:
+        return st.transpose(2, 3).contiguous()
+    return np.ascontiguousarray(st.transpose(0, 1, 3, 2))
+
+
+def _kind_of(x, q):
+    """x (numpy) as a tensor sharing its memory when q is a tensor."""
+    return wrap(x, _torch_of(q) is not None) if isinstance(x, np.ndarray) else x
+
+
+_I32, _I64 = np.dtype(np.int32), np.dtype(np.int64)
 
 
 def _ints(x, name, dtype):
@@ -66,20 +151,27 @@ def _ints(x, name, dtype):
 def _bthd_shape(q, v, scale):
     """B, T, K, H (value heads), V of fla's [B, T, H, D] q and v, and the
     scale (fla's default K ** -0.5 for None)."""
+    for name, x in (('q', q), ('v', v)):
+        if not hasattr(x, 'ndim') or not hasattr(x, 'shape'):
+            raise TypeError(f'{name}: expected a numpy array or CPU torch tensor, '
+                            f'got {type(x).__name__}')
     if q.ndim != 4 or v.ndim != 4:
         raise ValueError(f'q, k, v: expected [B, T, H, D] arrays, got q {q.shape}, v {v.shape}')
     B, T, _, K = q.shape
     return B, T, K, v.shape[2], v.shape[3], K ** -0.5 if scale is None else scale
 
 
+_NO_ACT = ('none', None, 'none', None, None)  # gate_act, lower bound, beta_act, A_log, dt_bias
+
+
 def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_state,
               cu_seqlens, normalize, state_v_first, qk_l2norm, chunk, algo,
-              ssm_state_indices, num_accepted_tokens, inplace_final_state):
+              ssm_state_indices, num_accepted_tokens, inplace_final_state, act):
     """One linattn_run call: the state as a pool addressed by strides (no
     copy in place), slots from vLLM's index forms, cu_seqlens in C."""
-    qn, torch_out = as_numpy(q, 'q')
-    vn = as_numpy(v, 'v')[0]
-    B, T, K, H, V, scale = _bthd_shape(qn, vn, scale)
+    _check_grad(q=q, k=k, v=v, g=g, beta=beta)
+    torch_out = _torch_of(q) is not None
+    B, T, K, H, V, scale = _bthd_shape(q, v, scale)
     cu = None
     if cu_seqlens is not None:
         if B != 1:
@@ -122,20 +214,20 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
                             -1).astype(np.int32)
             rd = np.where(idx[:, 0] < 0, -1, rd).astype(np.int32)  # a padded row
     elif pool is not None:
-        shape = tuple(as_numpy(pool, 'initial_state')[0].shape)
+        shape = tuple(pool.shape)
         want = (N, H, V, K) if state_v_first else (N, H, K, V)
         if shape != want:
             raise ValueError(f'initial_state: expected shape {list(want)}, got {list(shape)}')
     made = False
     if pool is None and (output_final_state or inplace_final_state):
-        pool = np.zeros((N, H, V, K) if state_v_first else (N, H, K, V), np.float32)
+        pool = _zeros(q, (N, H, V, K) if state_v_first else (N, H, K, V))
         made = True
     elif pool is not None and not inplace_final_state:
-        pool = np.array(as_numpy(pool, 'initial_state')[0], np.float32)  # the caller's stays
+        pool = _state_copy(pool, q)  # the caller's stays; its dtype is kept
         made = True
     z = None
     if normalize and pool is not None:
-        slots = as_numpy(pool, 'initial_state')[0].shape[0]
+        slots = pool.shape[0]
         if zpool is None:
             if not made:
                 raise ValueError('normalize with an in-place pool needs initial_state = '
@@ -146,26 +238,25 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
             if not inplace_final_state:
                 z = np.array(z, np.float32)
             z = z.reshape(slots, H, K)
-    if type(pool) is np.ndarray and pool.dtype != _F32:
-        raise TypeError(f'initial_state: dtype {pool.dtype}; linattn takes float32')
-    o = np.empty((B, T, H, V), np.float32)
+    o = _out(q, v, (B, T, H, V))
     _ext.run_pool(kind, _BTHD, q, k, v, g, beta, o, pool, z, gate, 'identity', algo, True,
-                  normalize, 1e-10, float(scale), chunk, 0, 'grouped', qk_l2norm, False,
+                  normalize, 1e-10, float(scale), chunk, 0, 'grouped', qk_l2norm, False, *act,
                   rd, wr, snap, cu, state_v_first)
     final = None
     if inplace_final_state:
         final = initial_state
     elif output_final_state:
-        final = wrap(pool, torch_out)
+        final = _kind_of(pool, q)
         if normalize:
             final = (final, wrap(z.reshape(-1, 1, H, K), torch_out))
-    return wrap(o, torch_out), final
+    return o, final
 
 
 def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_state=None,
          output_final_state=False, cu_seqlens=None, normalize=False, reverse=False,
          state_v_first=False, qk_l2norm=False, chunk=0, algo='auto', ssm_state_indices=None,
-         num_accepted_tokens=None, inplace_final_state=False):
+         num_accepted_tokens=None, inplace_final_state=False, act=_NO_ACT):
+    g = _as_f32(g, 'g')
     if ssm_state_indices is not None or inplace_final_state or (cu_seqlens is not None and
                                                                   not reverse):
         if reverse:
@@ -173,14 +264,9 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
         return _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state,
                          output_final_state, cu_seqlens, normalize, state_v_first, qk_l2norm,
                          chunk, algo, ssm_state_indices, num_accepted_tokens,
-                         inplace_final_state)
-    q, torch_out = as_numpy(q, 'q')
-    k = as_numpy(k, 'k')[0]
-    v = as_numpy(v, 'v')[0]
-    if g is not None:
-        g = as_numpy(g, 'g')[0]
-    if beta is not None:
-        beta = as_numpy(beta, 'beta')[0]
+                         inplace_final_state, act)
+    _check_grad(q=q, k=k, v=v, g=g, beta=beta)
+    torch_out = _torch_of(q) is not None
     B, T, K, H, V, scale = _bthd_shape(q, v, scale)
     segs = _segments(cu_seqlens, B, T)
     N = B if segs is None else len(segs)
@@ -190,15 +276,13 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
         initial_state, z_init = initial_state if normalize else (initial_state[0], None)
     s = z = None
     if initial_state is not None:
-        h0 = as_numpy(initial_state, 'initial_state')[0]
         want = (N, H, V, K) if state_v_first else (N, H, K, V)
-        if h0.shape != want:
-            raise ValueError(f'initial_state: expected shape {list(want)}, got {list(h0.shape)}')
-        if h0.dtype != np.float32:
-            raise TypeError(f'initial_state: dtype {h0.dtype}; linattn takes float32')
-        s = np.array(h0.transpose(0, 1, 3, 2) if state_v_first else h0, np.float32, order='C')
+        if tuple(initial_state.shape) != want:
+            raise ValueError(f'initial_state: expected shape {list(want)}, '
+                             f'got {list(initial_state.shape)}')
+        s = _state_copy(initial_state, q, state_v_first)  # its dtype: float32 or bfloat16
     elif output_final_state or z_init is not None:
-        s = np.zeros((N, H, K, V), np.float32)
+        s = _zeros(q, (N, H, K, V))
     if normalize and s is not None:
         if z_init is None:
             z = np.zeros((N, H, K), np.float32)
@@ -209,7 +293,7 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
                                  f'got {z0.dtype} {list(z0.shape)}')
             z = np.array(z0.reshape(N, H, K), np.float32, order='C')
 
-    o = np.empty((B, T, H, V), np.float32)
+    o = _out(q, v, (B, T, H, V))
     timed = gate in ('token', 'channel')  # g has a token axis to cut and flip
 
     def call(sl, n):
@@ -219,13 +303,13 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
         if reverse:
             qs, ks, vs, bs = _flip(qs), _flip(ks), _flip(vs), _flip(bs)
             gs = _flip(gs) if timed else gs
-            os_ = np.empty(vs.shape, np.float32)
+            os_ = _out(q, o, tuple(vs.shape[:3]) + (o.shape[3],))
         _call(kind, _BTHD, qs, ks, vs, gs, bs, os_,
               None if s is None else s[n], None if z is None else z[n],
               gate, 'identity', algo, True, normalize, 1e-10, float(scale), chunk, 0,
-              'grouped', qk_l2norm)
+              'grouped', qk_l2norm, False, *act)
         if reverse:
-            o[:, sl] = os_[:, ::-1]
+            o[:, sl] = _flip(os_)
 
     if segs is None:
         call(slice(None), slice(None))
@@ -236,11 +320,10 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
 
     final = None
     if output_final_state:
-        st = np.ascontiguousarray(s.transpose(0, 1, 3, 2)) if state_v_first else s
-        final = wrap(st, torch_out)
+        final = _v_first(s) if state_v_first else s
         if normalize:
             final = (final, wrap(z.reshape(N, 1, H, K), torch_out))
-    return wrap(o, torch_out), final
+    return o, final
 
 
 def _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state):
@@ -273,46 +356,53 @@ def _kwargs(fn, kwargs, used=()):
 
 def _add(a, b):
     """a + b in float32 (a new array), for fla options that combine two gates."""
-    a = as_numpy(a, 'g')[0]
-    return np.add(a, as_numpy(b, 'g')[0], dtype=np.float32)
+    a, b = _as_f32(a, 'g'), _as_f32(b, 'g')
+    torch = _torch_of(a)
+    if torch is not None and not isinstance(b, torch.Tensor):
+        b = torch.from_numpy(np.asarray(b))
+    elif torch is None and _torch_of(b) is not None:
+        b = b.numpy()
+    return a + b
 
 
 def _beta(beta, q, v, use_sigmoid, allow_neg_eigval):
+    """(beta, beta_act): the library applies fla's in-kernel sigmoid to the
+    logits as it reads them (2 sigmoid with allow_neg_eigval)."""
     if allow_neg_eigval and not use_sigmoid:
         raise ValueError('`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.')
-    if beta is None:
-        qn = as_numpy(q, 'q')[0]
-        return np.ones(qn.shape[:2] + (as_numpy(v, 'v')[0].shape[2],), np.float32)
-    if not use_sigmoid:
-        return beta
-    b = as_numpy(beta, 'beta')[0]
-    if b.dtype != np.float32:
-        raise TypeError(f'beta: dtype {b.dtype}; linattn takes float32')
-    out = np.negative(b)
-    np.exp(out, out=out)
-    out += 1
-    np.reciprocal(out, out=out)
-    if allow_neg_eigval:
-        out *= 2
-    return out
+    act = ('sigmoid2' if allow_neg_eigval else 'sigmoid') if use_sigmoid else 'none'
+    if beta is None:  # fla: ones (activated too when asked)
+        B, T = q.shape[:2]
+        torch = _torch_of(q)
+        shape = (B, T, v.shape[2])
+        beta = torch.ones(shape, dtype=torch.float32) if torch else np.ones(shape, np.float32)
+    return beta, act
 
 
-def _gate_in_kernel(g, A_log, dt_bias, channel):
-    """fla's fused gate activation, g = -exp(A_log) * softplus(g + dt_bias)."""
-    if A_log is None:
-        raise ValueError('`A_log` must be provided when `use_gate_in_kernel=True`.')
+def _gate_act(g, A_log, dt_bias, lower_bound, H, K=None):
+    """The library's gate activation for fla's use_gate_in_kernel: g holds the
+    raw projections; -exp(A_log) * softplus(g + dt_bias), or with
+    lower_bound: lower_bound * sigmoid(exp(A_log) * (g + dt_bias)) (A_log None:
+    lower_bound * sigmoid(g + dt_bias), as fla). K: a per-channel gate, whose
+    dt_bias is [H * K] or [H, K]."""
     if g is None:
         raise ValueError('`g` (raw pre-activation) must be provided when '
                          '`use_gate_in_kernel=True`.')
-    x = np.array(as_numpy(g, 'g')[0], np.float32)
-    H = x.shape[2]
-    if dt_bias is not None:
-        bias = as_numpy(dt_bias, 'dt_bias')[0]
-        x += bias.reshape((H, -1) if channel else (H,))
-    a = np.exp(as_numpy(A_log, 'A_log')[0].astype(np.float32))
-    np.logaddexp(np.float32(0), x, out=x)
-    x *= -(a[:, None] if channel else a)
-    return x
+    if A_log is None:
+        if lower_bound is None:
+            raise ValueError('`A_log` must be provided when `use_gate_in_kernel=True`.')
+        A_log = np.zeros(H, np.float32)  # exp(0) = 1: fla's scale when A_log is None
+    A_log = _as_f32(A_log, 'A_log')
+    dt_bias = _as_f32(dt_bias, 'dt_bias')
+    if lower_bound is None:
+        return ('softplus', None, A_log, dt_bias)
+    return ('bounded_sigmoid', float(lower_bound), A_log, dt_bias)
+
+
+def _act(gate, beta_act):
+    """The extension's (gate_act, lower bound, beta_act, A_log, dt_bias)."""
+    gate_act, lower, A_log, dt_bias = gate or ('none', None, None, None)
+    return (gate_act, lower, beta_act, A_log, dt_bias)
 
 
 # --- linear attention -------------------------------------------------------
@@ -348,8 +438,8 @@ def fused_recurrent_linear_attn(q, k, v, scale=None, initial_state=None,
 def _simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state, state_v_first,
                 cu_seqlens, reverse, algo, chunk, pool):
     if g is not None and g_gamma is not None:
-        H = as_numpy(g_gamma, 'g_gamma')[0].shape[0]
-        g, gate = _add(g, as_numpy(g_gamma, 'g_gamma')[0].reshape(1, 1, H)), 'token'
+        g_gamma = _as_f32(g_gamma, 'g_gamma')
+        g, gate = _add(g, g_gamma.reshape(1, 1, g_gamma.shape[0])), 'token'
     elif g is not None:
         gate = 'token'
     elif g_gamma is not None:
@@ -422,7 +512,7 @@ def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=
     """fla.ops.retention.chunk_retention: RetNet's fixed per-head decays,
     log(1 - 2 ** (-5 - h)) for head h."""
     _kwargs('chunk_retention', kwargs, ('chunk_size',))
-    H = as_numpy(q, 'q')[0].shape[2]
+    H = q.shape[2]
     g_gamma = np.log(1 - np.float32(2) ** (-5 - np.arange(H, dtype=np.float32)))
     return _run(_FORWARD, q, k, v, g_gamma.astype(np.float32), 'head', scale=scale,
                 initial_state=initial_state, output_final_state=output_final_state,
@@ -444,12 +534,13 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     _kwargs('chunk_gated_delta_rule', kwargs, ('use_gate_in_kernel', 'A_log', 'dt_bias'))
     if cp_context is not None:
         raise NotImplementedError('cp_context (context parallelism) is not supported')
+    gact = None
     if kwargs.get('use_gate_in_kernel'):
-        g = _gate_in_kernel(g, kwargs.get('A_log'), kwargs.get('dt_bias'), False)
-    beta = _beta(beta, q, v, use_beta_sigmoid_in_kernel, allow_neg_eigval)
+        gact = _gate_act(g, kwargs.get('A_log'), kwargs.get('dt_bias'), None, v.shape[2])
+    beta, bact = _beta(beta, q, v, use_beta_sigmoid_in_kernel, allow_neg_eigval)
     return _run(_DELTA_FORWARD, q, k, v, g, 'token', beta, scale, initial_state,
                 output_final_state, cu_seqlens, state_v_first=state_v_first,
-                qk_l2norm=use_qk_l2norm_in_kernel, algo='auto',
+                qk_l2norm=use_qk_l2norm_in_kernel, algo='auto', act=_act(gact, bact),
                 **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
@@ -466,18 +557,22 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     _kwargs('fused_recurrent_gated_delta_rule', kwargs)
     if gv is not None:
         raise NotImplementedError('gv (a decay per value channel) is not supported by linattn')
+    gact = None
     if use_gate_in_kernel:
-        g = _gate_in_kernel(g, A_log, dt_bias, False)
-    beta = _beta(beta, q, v, use_beta_sigmoid_in_kernel, allow_neg_eigval)
+        if gk is not None:
+            raise NotImplementedError('use_gate_in_kernel=True with gk: pass the activated '
+                                      'log-decays as g')
+        gact = _gate_act(g, A_log, dt_bias, None, v.shape[2])
+    beta, bact = _beta(beta, q, v, use_beta_sigmoid_in_kernel, allow_neg_eigval)
     if g is not None and gk is not None:
-        g, gate = _add(gk, as_numpy(g, 'g')[0][..., None]), 'channel'
+        g, gate = _add(gk, _as_f32(g, 'g')[..., None]), 'channel'
     elif gk is not None:
         g, gate = gk, 'channel'
     else:
         gate = 'token' if g is not None else 'none'
     return _run(_DELTA_FORWARD, q, k, v, g, gate, beta, scale, initial_state,
                 output_final_state, cu_seqlens, state_v_first=state_v_first,
-                qk_l2norm=use_qk_l2norm_in_kernel, algo='recurrent',
+                qk_l2norm=use_qk_l2norm_in_kernel, algo='recurrent', act=_act(gact, bact),
                 **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 
@@ -501,7 +596,7 @@ def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None, initial_state=Non
                                inplace_final_state=False, **kwargs):
     """fla.ops.delta_rule.fused_recurrent_delta_rule: beta None means ones."""
     _kwargs('fused_recurrent_delta_rule', kwargs)
-    beta = _beta(beta, q, v, False, False)
+    beta = _beta(beta, q, v, False, False)[0]
     return _run(_DELTA_FORWARD, q, k, v, None, 'none', beta, scale, initial_state,
                 output_final_state, cu_seqlens, qk_l2norm=use_qk_l2norm_in_kernel,
                 algo='recurrent',
@@ -511,15 +606,13 @@ def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None, initial_state=Non
 def _kda(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
          use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
          allow_neg_eigval, lower_bound, state_v_first, cu_seqlens, algo, pool):
+    gact = None
     if use_gate_in_kernel:
-        if lower_bound is not None:
-            raise NotImplementedError('lower_bound gate activations are not supported; '
-                                      'pass the activated log-decay as g')
-        g = _gate_in_kernel(g, A_log, dt_bias, True)
-    beta = _beta(beta, q, v, use_beta_sigmoid_in_kernel, allow_neg_eigval)
+        gact = _gate_act(g, A_log, dt_bias, lower_bound, v.shape[2], q.shape[3])
+    beta, bact = _beta(beta, q, v, use_beta_sigmoid_in_kernel, allow_neg_eigval)
     return _run(_DELTA_FORWARD, q, k, v, g, 'channel', beta, scale, initial_state,
                 output_final_state, cu_seqlens, state_v_first=state_v_first,
-                qk_l2norm=use_qk_l2norm_in_kernel, algo=algo, **pool)
+                qk_l2norm=use_qk_l2norm_in_kernel, algo=algo, act=_act(gact, bact), **pool)
 
 
 def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
@@ -532,15 +625,22 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
               inplace_final_state=False, **kwargs):
     """fla.ops.kda.chunk_kda (Kimi Delta Attention): g [B, T, HV, K]
     per-channel log-decay, beta [B, T, HV]."""
-    _kwargs('chunk_kda', kwargs, ('A_log', 'dt_bias'))
+    _kwargs('chunk_kda', kwargs, ('A_log', 'dt_bias', 'chunk_size'))
     if cp_context is not None:
         raise NotImplementedError('cp_context (context parallelism) is not supported')
     if return_intermediate_states:
         raise NotImplementedError('return_intermediate_states is not supported')
+    if safe_gate and use_gate_in_kernel:  # fla's checks; the gate is the same without it
+        if lower_bound is None:
+            raise ValueError('`lower_bound` must be specified when `safe_gate=True` and '
+                             '`use_gate_in_kernel=True`.')
+        if not -5 <= lower_bound < 0:
+            raise ValueError(f'`lower_bound` must be in the safe range [-5, 0), got '
+                             f'{lower_bound}.')
     return _kda(q, k, v, g, beta, kwargs.get('A_log'), kwargs.get('dt_bias'), scale,
                 initial_state, output_final_state, use_qk_l2norm_in_kernel,
                 use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-                lower_bound if safe_gate else None, state_v_first, cu_seqlens, 'auto',
+                lower_bound, state_v_first, cu_seqlens, 'auto',
                 _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
 
 

@@ -924,8 +924,14 @@ def test_error_dtype():
     q = f32(B, H, 4, K)
     with pytest.raises(TypeError, match='float32'):
         linattn.forward(q.astype(np.float64), q, q)
-    with pytest.raises(TypeError, match='float32'):
-        linattn.forward(q, q.astype(np.float16), q)
+    with pytest.raises(TypeError, match='k: dtype int32; linattn takes float32, bfloat16 or '
+                                        'float16'):
+        linattn.forward(q, q.astype(np.int32), q)
+    with pytest.raises(TypeError, match='g: dtype float16; linattn takes float32 here'):
+        linattn.forward(q, q, q, -np.ones((B, H, 4), np.float16))
+    with pytest.raises(TypeError, match='s: dtype float16; linattn takes float32 or bfloat16'):
+        linattn.forward(q, q, q, s=np.zeros((B, H, K, K), np.float16),
+                        z=np.zeros((B, H, K), np.float32))
     with pytest.raises(TypeError, match='numpy array'):
         linattn.forward(q.tolist(), q, q)
 

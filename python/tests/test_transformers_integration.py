@@ -126,6 +126,48 @@ def test_decode_updates_the_cached_state_in_place(kda):
     close(o, want, 2e-4)
 
 
+@pytest.mark.parametrize('kind', ['gdn_chunk', 'gdn_recurrent', 'kda_chunk', 'kda_recurrent'])
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16], ids=['bf16', 'f16'])
+def test_16bit_inputs_reach_linattn_as_they_are(kind, dtype, monkeypatch):
+    """The replacement hands the model's 16-bit q, k, v, beta and its float32
+    g to linattn's function as the very tensors it was given (no conversion
+    copy in the integration), and the output is in the query's dtype."""
+    gen = torch.Generator().manual_seed(SEED + 11)
+    kda = kind.startswith('kda')
+    q, k, v, g, beta = inputs(1, 6, 2, 2, 8, 8, kda, dtype, gen)
+    seen = {}
+    real = lt._LINATTN[kind]
+
+    def spy(query, key, value, **kw):
+        seen.update(q=query, k=key, v=value, g=kw['g'], beta=kw['beta'])
+        return real(query, key, value, **kw)
+
+    monkeypatch.setitem(lt._LINATTN, kind, spy)
+    f = lt.make_replacement(kind, fake_fallback)
+    o, S = f(q, k, v, g=g, beta=beta, initial_state=None, output_final_state=True,
+             use_qk_l2norm_in_kernel=True)
+    for name, x in (('q', q), ('k', k), ('v', v), ('g', g), ('beta', beta)):
+        assert seen[name] is x, name
+    assert o.dtype == dtype and S.dtype == torch.float32
+    want, wS = ref(q, k, v, g, beta)
+    close(o, want, 1e-2)
+    close(S, wS, 1e-3)
+
+
+def test_decode_with_a_bf16_cached_state_stays_bf16_in_place():
+    gen = torch.Generator().manual_seed(SEED + 12)
+    q, k, v, g, beta = inputs(2, 1, 2, 4, 16, 12, False, torch.bfloat16, gen)
+    S0 = (torch.randn(2, 4, 16, 12, generator=gen) * 0.1).to(torch.bfloat16)
+    want, wS = ref(q, k, v, g, beta, S0.clone(), True)
+    rec = lt.make_replacement('gdn_recurrent', fake_fallback)
+    S = S0.clone()
+    o, S1 = rec(q, k, v, g=g, beta=beta, initial_state=S, output_final_state=True,
+                use_qk_l2norm_in_kernel=True)
+    assert S1 is S and S.dtype == torch.bfloat16
+    close(o, want, 1e-2)
+    close(S, wS, 1e-2)  # the state rounded to bf16 once
+
+
 @pytest.mark.parametrize('kind', ['gdn_chunk', 'kda_chunk'])
 def test_positional_and_no_final_state(kind):
     gen = torch.Generator().manual_seed(SEED + 1)

@@ -33,16 +33,27 @@ It falls back to the original function (unchanged results) for tensors not on
 the CPU, and when autograd would need a backward (linattn has none: no
 training).
 
-Dtype: linattn's Python functions take float32 today. bf16/fp16 inputs are
-converted to float32 (a temporary copy of q, k, v, g, beta; the state, held
-in float32 by these models, is not copied) and the output converted back to
-the model's dtype, as the torch fallback does internally.
+Dtype: q, k, v and beta of a bf16/fp16 model go to linattn as they are (no
+conversion copy): the library reads 16-bit values and computes in float32,
+as the torch fallback does after its own conversion, and writes o in the
+value's dtype (the query's, in these models), rounded once. g is float32 in
+these models and is read in place (another float type would be converted, a
+copy). The state is float32, as the fallback's; a cache the caller holds in
+bfloat16 is read and written in bfloat16 (where the fallback would hand back
+a float32 state).
+
+The gate and beta activations are not fused here: the layers compute
+``g = -exp(A_log) * softplus(a + dt_bias)`` (KDA: ``fused_kda_gate``) and
+``beta = sigmoid(b)`` in their ``forward`` before calling the patched
+function, whose arguments are the finished g and beta; the raw projections
+and A_log / dt_bias are not among them. Fusing them would mean replacing the
+layers' ``forward``, which this integration does not do.
 
 Cost to know: transformers expands q and k to the value heads with
 ``repeat_interleave`` before calling (Qwen3-Next: 16 q/k heads to 32 value
 heads), so linattn reads twice the q/k bytes that it could take grouped; the
 expansion is transformers' and is not undone here. Decode (T = 1) goes
-through the same wrapper: the state is copied into a new array per call.
+through the same wrapper and updates the cached state where it lies.
 """
 
 import functools
@@ -120,30 +131,28 @@ def _on_cpu(tensors):
     return all(t is None or t.device.type == 'cpu' for t in tensors)
 
 
-def _f32(t):
-    torch = _torch()
-    return t if t is None or t.dtype == torch.float32 else t.to(torch.float32)
-
-
 def _run(kind, query, key, value, g, beta, initial_state, output_final_state,
          use_qk_l2norm_in_kernel, cu_seqlens):
-    """linattn's fla-style function on float32 views of the inputs; o back in
-    query's dtype, the state float32 (as transformers' fallback returns it).
+    """linattn's fla-style function on the inputs as they are (float32, bf16
+    or fp16, read in place); o in query's dtype, the state float32 (as
+    transformers' fallback returns it) unless the given state is bf16.
 
     Decode (the recurrent kinds, one sequence per batch row, a float32
     state): the state is updated where it lies and returned as the final
     state, so a token copies no state. transformers stores the returned
     tensor as the cache entry it passed in, the same object, so the cache
     ends as it would with the fallback's new tensor."""
-    # bf16/fp16 models: q, k, v, g, beta are copied to float32 until the
-    # package takes those dtypes as they are (the dtypes work, issue 24).
     torch = _torch()
+    if initial_state is not None and initial_state.dtype not in (torch.float32,
+                                                                 torch.bfloat16):
+        initial_state = initial_state.to(torch.float32)  # as the fallback does
     in_place = (not kind.endswith('_chunk') and output_final_state and cu_seqlens is None
-                and initial_state is not None and initial_state.dtype == torch.float32
+                and initial_state is not None
+                and initial_state.dtype in (torch.float32, torch.bfloat16)
                 and initial_state.dim() == 4)
     o, state = _LINATTN[kind](
-        _f32(query), _f32(key), _f32(value), g=_f32(g), beta=_f32(beta),
-        initial_state=_f32(initial_state), output_final_state=bool(output_final_state),
+        query, key, value, g=g, beta=beta,
+        initial_state=initial_state, output_final_state=bool(output_final_state),
         use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel), cu_seqlens=cu_seqlens,
         inplace_final_state=in_place)
     if o.dtype != query.dtype:

@@ -118,7 +118,8 @@ static void usage(void)
           "  bf16_state    linattn_run DELTA_STEP with a bf16 state over a float32 one,\n"
           "                B=8 (--shape: its B) H=32 dk=dv=128, gate token: 16 MiB of\n"
           "                float32 state, beyond L2 (goal <= 0.6); both rows also as a\n"
-          "                fraction of the RMW bound over the state's bytes\n"
+          "                fraction of the bound (state bytes read and written at the\n"
+          "                bandwidth of an RMW pass over the float32 state's bytes)\n"
           "  The forwards take the delta shape (or --shape); --quick: tiny shapes.\n"
           "\n",
           stdout);

@@ -120,7 +120,8 @@ static void usage(void)
           "                float32 state, beyond L2 (goal <= 0.6); both rows also as a\n"
           "                fraction of the bound (state bytes read and written at the\n"
           "                bandwidth of an RMW pass over the float32 state's bytes)\n"
-          "  The forwards take the delta shape (or --shape); --quick: tiny shapes.\n"
+          "  The forwards take the delta shape with T=1024 (or --shape); --quick: tiny\n"
+          "  shapes.\n"
           "\n",
           stdout);
     fputs("Columns (JSON keys):\n"

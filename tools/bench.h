@@ -8,7 +8,10 @@
  *   peak.c         the per-ISA FMA and read-modify-write loops
  *   quadratic.c    the O(T^2) baseline
  *   linattn-bench.c  the modes: default table, --decode, --sweep
- *   model.c        the --model mode: whole-model decode against an RMW bound */
+ *   model.c        the --model mode: whole-model decode against an RMW bound
+ *   goals.c        --goals: the input stage's goal ratios (16-bit inputs, fused
+ *                  activations, a bfloat16 state), each against its float32 /
+ *                  precomputed twin timed in the same run */
 #ifndef LINATTN_BENCH_H
 #define LINATTN_BENCH_H
 
@@ -85,6 +88,11 @@ typedef struct {
     int64_t model; /* --model L: layers */
     int gates_given;
     double min_time; /* seconds of timed calls per case */
+    /* --dtype: q, k, v, beta and o; --state: the step's state; --act: the
+     * gate and beta activations fused into the call (linattn_run) */
+    linattn_dtype dtype, state;
+    int act;
+    int goals; /* --goals: the goal section after the table */
 } bench_options;
 
 bench_options bench_parse_args(int argc, char **argv);
@@ -124,19 +132,38 @@ typedef struct {
     bench_shape sh;
     float *qkv; /* L_PACKED: the one buffer q, k and v point into */
     float *q, *k, *v, *g, *g_strong, *beta, *o[2], *s, *z;
+    /* --dtype bf16/f16: the same values in that type (q16..beta16 point into
+     * qkv16 as q..beta into qkv), the outputs in that type; --state bf16:
+     * the state. NULL when not asked. */
+    linattn_dtype dt;
+    void *qkv16, *q16, *k16, *v16, *beta16, *o16[2];
+    uint16_t *s16;
+    /* the gate activation's parameters: A_log [H], dt_bias [H][dk] (the
+     * raw projections and beta logits are g and beta themselves) */
+    float *A_log, *dt_bias;
 } bench_data;
 
 /* The buffers of shape s in the options' layout (the sizes do not depend
- * on it; L_PACKED puts q, k and v in one buffer). */
+ * on it; L_PACKED puts q, k and v in one buffer), with 16-bit copies when
+ * op->dtype or op->state asks for them. */
 bench_data bench_data_alloc(const bench_options *op, bench_shape s, int with_state);
 void bench_data_free(bench_data *d);
 
 linattn_config bench_config(const bench_options *op, const bench_case *c, bench_kernel k,
                             bench_shape s);
 float bench_scale(const bench_case *c, bench_shape s);
-/* One call of kernel k of the case on d, output into o; dies on an error. */
+/* One call of kernel k of the case on d, output into o (d->o[i]; a 16-bit
+ * output into d->o16[i]); dies on an error. A config with 16-bit types, a
+ * bfloat16 state or activations goes through linattn_run, the float32 one
+ * through the call the family names. */
 void bench_call(const bench_case *c, bench_kernel k, const linattn_config *cfg,
                 const bench_data *d, float *o);
+/* Output i of d as floats (a 16-bit output widened into d->o[i]). */
+const float *bench_output(const bench_data *d, int i, int64_t n);
+extern const char *const bench_dtype_names[3]; /* "f32", "bf16", "f16" */
+/* Bytes of the state a step reads and writes (S in op->state, z float32). */
+int64_t bench_state_bytes(const bench_options *op, bench_family f, bench_shape s,
+                          int normalize);
 
 /* ---- measurement ------------------------------------------------------ */
 
@@ -170,6 +197,11 @@ typedef struct {
     double gbps, bound, frac_bound, us_per_token;
     double speedup, maxdiff, maxref;
     double ns_per_call, us_p50, us_p99, us_max, us_per_layer;
+    const char *dtype, *state, *act; /* the types and activations of the call */
+    /* goal rows (--goals): seconds over the reference's, median and range
+     * of the repeats, the goal it is held to, the reference's seconds */
+    double ratio, ratio_min, ratio_max, goal, sec_ref;
+    int repeats;
 } bench_result;
 
 bench_result bench_new_result(const bench_options *op, const bench_case *c, bench_kernel k,
@@ -227,6 +259,11 @@ const char *bench_peak_desc(linattn_isa isa);
 /* --model L: one token through L layers' delta steps, each on its own
  * state, at 1 thread and all threads, B = 1 and 8 (or --shape's B). */
 void bench_run_model(const bench_options *op, linattn_isa isa);
+
+/* ---- goals.c ---------------------------------------------------------- */
+
+/* The goal rows of the isas listed (see goals.c). */
+void bench_run_goals(const bench_options *op, const linattn_isa *isas, int n);
 
 /* ---- quadratic.c ------------------------------------------------------ */
 

@@ -14,6 +14,7 @@ const char *const bench_gate_names[G_COUNT] = {"none",    "head",         "token
                                                "channel", "strong-token", "strong-channel"};
 const char *const bench_phi_names[PHI_COUNT] = {"elu1", "relu", "identity"};
 const char *const bench_layout_names[L_COUNT] = {"bhtd", "bthd", "packed"};
+const char *const bench_dtype_names[3] = {"f32", "bf16", "f16"};
 
 linattn_gate bench_library_gate(bench_gate g)
 {
@@ -101,7 +102,7 @@ int bench_cases(const bench_options *op, bench_family f, int sweep, bench_case *
     unsigned kernels = op->kernels & fi->kernels;
     if (sweep)
         kernels &= BIT(K_CHUNKED) | BIT(K_RECURRENT) | BIT(K_QUADRATIC);
-    if (op->layout != L_BHTD) /* the quadratic baseline reads [B][H][T][D] */
+    if (op->layout != L_BHTD || op->dtype != LINATTN_F32) /* it reads float32 [B][H][T][D] */
         kernels &= ~BIT(K_QUADRATIC);
     const unsigned phis = (op->phis & fi->phis) ? op->phis & fi->phis : fi->phis;
     const unsigned norms =
@@ -136,6 +137,65 @@ int bench_cases(const bench_options *op, bench_family f, int sweep, bench_case *
 }
 
 /* ---- buffers ------------------------------------------------------------ */
+
+/* The tool's own conversions (the library's are private): round to nearest
+ * even; the bench's values are finite and small, so no NaN or overflow
+ * cases are needed beyond what the arithmetic gives. */
+static uint32_t f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static uint16_t to_bf16(float x)
+{
+    const uint32_t u = f32_bits(x);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static uint16_t to_f16(float x)
+{
+    const uint32_t u = f32_bits(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a < 0x38800000u) /* a subnormal half: |x| 2^24 rounded to an integer */
+        return (uint16_t)(sign | (uint32_t)(((bits_f32(a) * 0x1p24f) + 0x1p23f) - 0x1p23f));
+    /* normal: rebias the exponent, round the 13 dropped bits to even */
+    const uint32_t r = a - 0x38000000u;
+    return (uint16_t)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+}
+
+static float from_16(linattn_dtype t, uint16_t h)
+{
+    if (t == LINATTN_BF16)
+        return bits_f32((uint32_t)h << 16);
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    const float mag = e == 0 ? (float)m * 0x1p-24f : bits_f32(((e + 112) << 23) | (m << 13));
+    return sign ? -mag : mag;
+}
+
+/* n floats as a new buffer of type t */
+static uint16_t *to_16(linattn_dtype t, const float *x, int64_t n)
+{
+    uint16_t *h = (uint16_t *)bench_alloc((n + 1) / 2);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = t == LINATTN_BF16 ? to_bf16(x[i]) : to_f16(x[i]);
+    return h;
+}
+
+const float *bench_output(const bench_data *d, int i, int64_t n)
+{
+    if (d->o16[i] != NULL)
+        for (int64_t e = 0; e < n; e++)
+            d->o[i][e] = from_16(d->dt, ((const uint16_t *)d->o16[i])[e]);
+    return d->o[i];
+}
 
 bench_data bench_data_alloc(const bench_options *op, bench_shape s, int with_state)
 {
@@ -174,6 +234,31 @@ bench_data bench_data_alloc(const bench_options *op, bench_shape s, int with_sta
         d.z = bench_alloc(nz);
         memset(d.s, 0, (size_t)(nz * s.dv) * sizeof(float));
         memset(d.z, 0, (size_t)nz * sizeof(float));
+        if (op->state == LINATTN_BF16)
+            d.s16 = to_16(LINATTN_BF16, d.s, nz * s.dv);
+    }
+    /* A_log in [-1, 1] (fla initialises log(uniform(1, 16)): the same
+     * order), dt_bias small: any finite values run the same code */
+    d.A_log = bench_alloc(s.H);
+    d.dt_bias = bench_alloc(s.H * s.dk);
+    bench_fill(d.A_log, s.H, -1, 1, 6);
+    bench_fill(d.dt_bias, s.H * s.dk, -0.5f, 0.5f, 8);
+    d.dt = op->dtype;
+    if (op->dtype != LINATTN_F32) {
+        const linattn_dtype t = op->dtype;
+        if (packed) {
+            d.qkv16 = to_16(t, d.qkv, 2 * nq + nv);
+            d.q16 = d.qkv16;
+            d.k16 = (uint16_t *)d.qkv16 + (d.k - d.qkv);
+            d.v16 = (uint16_t *)d.qkv16 + (d.v - d.qkv);
+        } else {
+            d.q16 = to_16(t, d.q, nq);
+            d.k16 = to_16(t, d.k, nq);
+            d.v16 = to_16(t, d.v, nv);
+        }
+        d.beta16 = to_16(t, d.beta, nb);
+        d.o16[0] = to_16(t, d.o[0], nv);
+        d.o16[1] = to_16(t, d.o[1], nv);
     }
     return d;
 }
@@ -194,6 +279,19 @@ void bench_data_free(bench_data *d)
     free(d->o[1]);
     free(d->s);
     free(d->z);
+    if (d->qkv16) {
+        free(d->qkv16);
+    } else {
+        free(d->q16);
+        free(d->k16);
+        free(d->v16);
+    }
+    free(d->beta16);
+    free(d->o16[0]);
+    free(d->o16[1]);
+    free(d->s16);
+    free(d->A_log);
+    free(d->dt_bias);
 }
 
 /* ---- the library calls ------------------------------------------------- */
@@ -218,6 +316,14 @@ linattn_config bench_config(const bench_options *op, const bench_case *c, bench_
     cfg.causal = k != K_NONCAUSAL;
     cfg.num_threads = op->threads;
     cfg.chunk = op->chunk;
+    const linattn_dtype t = op->dtype;
+    /* the state's type only where a state is passed: a forward without
+     * one stays on the contiguous path */
+    cfg.dtype = (linattn_dtypes){t, t, t, t, t, k == K_STEP ? op->state : LINATTN_F32};
+    const int gated = c->gate != G_NONE && c->gate != G_HEAD;
+    cfg.gate_act = op->act && gated ? LINATTN_GATE_ACT_SOFTPLUS : LINATTN_GATE_ACT_NONE;
+    cfg.beta_act = op->act && c->family == FAM_DELTA ? LINATTN_BETA_ACT_SIGMOID
+                                                     : LINATTN_BETA_ACT_NONE;
     const int64_t qkh = s.qk_heads ? s.qk_heads : s.H;
     cfg.qk_heads = s.qk_heads;
     const int64_t gd = c->gate == G_CHANNEL || c->gate == G_STRONG_CHANNEL ? s.dk : 1;
@@ -244,6 +350,21 @@ linattn_config bench_config(const bench_options *op, const bench_case *c, bench_
     return cfg;
 }
 
+int64_t bench_state_bytes(const bench_options *op, bench_family f, bench_shape s, int normalize)
+{
+    const int64_t S = s.B * s.H * s.dk * s.dv;
+    const int64_t es = op->state == LINATTN_BF16 ? 2 : 4;
+    return S * es + (bench_state_floats(f, s, normalize) - S) * (int64_t)sizeof(float);
+}
+
+static int plain_f32(const linattn_config *cfg)
+{
+    const linattn_dtypes t = cfg->dtype;
+    return t.q == LINATTN_F32 && t.k == LINATTN_F32 && t.v == LINATTN_F32 &&
+           t.beta == LINATTN_F32 && t.o == LINATTN_F32 && t.s == LINATTN_F32 &&
+           cfg->gate_act == LINATTN_GATE_ACT_NONE && cfg->beta_act == LINATTN_BETA_ACT_NONE;
+}
+
 void bench_call(const bench_case *c, bench_kernel k, const linattn_config *cfg,
                 const bench_data *d, float *o)
 {
@@ -251,7 +372,31 @@ void bench_call(const bench_case *c, bench_kernel k, const linattn_config *cfg,
     const float *g = c->gate == G_NONE ? NULL : strong ? d->g_strong : d->g;
     linattn_status st;
     const char *fn;
-    if (c->family == FAM_DELTA) {
+    if (!plain_f32(cfg)) {
+        const int wide = cfg->dtype.q != LINATTN_F32; /* q, k, v, beta, o: one type */
+        const int oi = o == d->o[1];
+        linattn_operands ops;
+        linattn_operands_init(&ops);
+        ops.q = wide ? d->q16 : d->q;
+        ops.k = wide ? d->k16 : d->k;
+        ops.v = wide ? d->v16 : d->v;
+        ops.beta = c->family != FAM_DELTA ? NULL : wide ? d->beta16 : d->beta;
+        ops.o = wide ? d->o16[oi] : (void *)o;
+        ops.g = g;
+        if (cfg->gate_act != LINATTN_GATE_ACT_NONE) {
+            ops.A_log = d->A_log;
+            ops.dt_bias = d->dt_bias;
+        }
+        if (k == K_STEP) {
+            ops.s = cfg->dtype.s == LINATTN_BF16 ? (void *)d->s16 : (void *)d->s;
+            ops.z = c->family == FAM_ADDITIVE && cfg->normalize ? d->z : NULL;
+        }
+        const linattn_op op = c->family == FAM_DELTA
+                                  ? (k == K_STEP ? LINATTN_OP_DELTA_STEP : LINATTN_OP_DELTA_FORWARD)
+                                  : (k == K_STEP ? LINATTN_OP_STEP : LINATTN_OP_FORWARD);
+        fn = "linattn_run";
+        st = linattn_run(op, cfg, &ops);
+    } else if (c->family == FAM_DELTA) {
         fn = k == K_STEP ? "linattn_delta_step" : "linattn_delta_forward";
         st = k == K_STEP
                  ? linattn_delta_step(cfg, d->q, d->k, d->v, g, d->beta, o, d->s)

@@ -219,8 +219,9 @@ static void print_references(const bench_options *op, const isa_list *l, int wit
             if (!(cs[i].kernels & BIT(K_STEP)))
                 continue;
             const int64_t fl =
-                bench_state_floats((bench_family)f, bench_step_shape(op, (bench_family)f),
-                                   cs[i].normalize);
+                bench_state_bytes(op, (bench_family)f, bench_step_shape(op, (bench_family)f),
+                                  cs[i].normalize) /
+                (int64_t)sizeof(float);
             if (fl != done[0] && fl != done[1]) {
                 bench_bound_text(op, l->list, l->n, fl);
                 done[done[0] < 0 ? 0 : 1] = fl;
@@ -274,8 +275,9 @@ static void run_family(const bench_options *op, const isa_list *l, bench_family 
                 bench_result r = bench_forward(op, isa, c, K_RECURRENT, s, &d, d.o[1]);
                 r.speedup = r.tokens_per_s / chunked_tps[j];
                 if (c->kernels & BIT(K_CHUNKED)) {
-                    r.maxdiff = max_abs(d.o[0], d.o[1], nout);
-                    r.maxref = max_abs(d.o[0], NULL, nout);
+                    const float *o0 = bench_output(&d, 0, nout), *o1 = bench_output(&d, 1, nout);
+                    r.maxdiff = max_abs(o0, o1, nout);
+                    r.maxref = max_abs(o0, NULL, nout);
                     diffs[ndiffs++] = r;
                 }
                 bench_print(op, &r);
@@ -342,14 +344,18 @@ static void run_main(const bench_options *op, const isa_list *l)
         steps |= any_kernel(cs, n, BIT(K_STEP));
     }
     if (!op->json)
-        printf("linattn %s benchmark: active ISA %s (reference for \"x faster\"), %d thread%s%s\n",
+        printf("linattn %s benchmark: active ISA %s (reference for \"x faster\"), %d thread%s%s; "
+               "dtype %s, state %s, act %s\n",
                linattn_version(), linattn_isa_name(ref), op->threads, op->threads > 1 ? "s" : "",
-               op->quick ? ", --quick shapes" : "");
+               op->quick ? ", --quick shapes" : "", bench_dtype_names[op->dtype],
+               bench_dtype_names[op->state], op->act ? "on" : "off");
     print_references(op, l, baselines, steps);
     bench_table_legend(op);
     for (int f = 0; f < FAM_COUNT; f++)
         if (op->families & BIT(f))
             run_family(op, l, (bench_family)f);
+    if (op->goals)
+        bench_run_goals(op, l->list, l->n);
     bench_overhead(op, ref);
     bench_use_isa(ref);
 }

@@ -234,6 +234,10 @@ bench_result bench_new_result(const bench_options *op, const bench_case *c, benc
         .speedup = NAN, .maxdiff = NAN, .maxref = NAN,
         .ns_per_call = NAN, .us_p50 = NAN, .us_p99 = NAN, .us_max = NAN,
         .us_per_layer = NAN,
+        .dtype = bench_dtype_names[op->dtype],
+        .state = k == K_STEP ? bench_dtype_names[op->state] : NULL,
+        .act = op->act ? "on" : "off",
+        .ratio = NAN, .ratio_min = NAN, .ratio_max = NAN, .goal = NAN, .sec_ref = NAN,
     };
 }
 
@@ -248,12 +252,14 @@ void bench_set_rates(const bench_options *op, bench_result *r, linattn_isa isa, 
     r->frac_peak = r->gflops / r->peak;
 }
 
+/* The bound is measured over a buffer of the state's bytes (a bfloat16
+ * state: half the floats). */
 void bench_set_step_rates(const bench_options *op, bench_result *r, linattn_isa isa, double sec)
 {
-    const int64_t n = bench_state_floats(r->family, r->sh, r->normalize);
+    const int64_t bytes = bench_state_bytes(op, r->family, r->sh, r->normalize);
     bench_set_rates(op, r, isa, (double)(r->sh.B * r->sh.H), sec);
     r->us_per_token = sec * 1e6;
-    r->gbps = 2.0 * sizeof(float) * (double)n / sec * 1e-9;
-    r->bound = bench_bound(op, isa, n);
+    r->gbps = 2.0 * (double)bytes / sec * 1e-9;
+    r->bound = bench_bound(op, isa, bytes / (int64_t)sizeof(float));
     r->frac_bound = r->gbps / r->bound;
 }

@@ -77,6 +77,7 @@ static void run_token(void *p)
     for (int64_t l = 0; l < x->layers; l++) {
         bench_data d = x->d;
         d.s = x->states + l * x->state_floats;
+        d.s16 = (uint16_t *)x->states + l * x->state_floats; /* a bfloat16 state */
         bench_call(x->c, K_STEP, &x->cfg, &d, d.o[0]);
     }
 }
@@ -131,7 +132,10 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
                 s.B = bs[bi];
                 const int64_t per = bench_state_floats(FAM_DELTA, s, 0);
                 const int64_t n = per * op->model;
-                const double bound = model_bound(op, isa, n, threads[ti]);
+                /* the bound over the states' bytes (bfloat16: half the floats) */
+                const int64_t nb = bench_state_bytes(op, FAM_DELTA, s, 0) * op->model /
+                                   (int64_t)sizeof(float);
+                const double bound = model_bound(op, isa, nb, threads[ti]);
                 model_ctx x = {&cs[ci], bench_config(&top, &cs[ci], K_STEP, s),
                                bench_data_alloc(&top, s, 1), bench_alloc(n), op->model, per};
                 memset(x.states, 0, (size_t)n * sizeof(float));
@@ -146,7 +150,7 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
                 r.sec = sec;
                 r.us_per_token = sec * 1e6;
                 r.us_per_layer = sec * 1e6 / (double)op->model;
-                r.gbps = 2.0 * sizeof(float) * (double)n / sec * 1e-9;
+                r.gbps = 2.0 * sizeof(float) * (double)nb / sec * 1e-9;
                 r.bound = bound;
                 r.frac_bound = r.gbps / bound;
                 if (op->json)
@@ -154,7 +158,7 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
                 else
                     printf("%-6s %-14s %3lld %3d %9.1f %12.2f %10.1f %8.1f %10.1f %10.2f\n",
                            r.isa, bench_gate_names[r.gate], (long long)s.B, r.threads,
-                           (double)n * sizeof(float) / (1 << 20), r.us_per_layer,
+                           (double)nb * sizeof(float) / (1 << 20), r.us_per_layer,
                            r.us_per_token, r.gbps, r.bound, r.frac_bound);
                 fflush(stdout);
             }

@@ -57,6 +57,16 @@ static void usage(void)
           "  --layout NAME         forward memory layout: bhtd (default: [B][H][T][D]),\n"
           "                        bthd ([B][T][H][D], PyTorch's), packed (q, k, v in\n"
           "                        one [B][T][...] buffer, o and gates [B][T][H][...])\n"
+          "  --dtype f32|bf16|f16  the type of q, k, v, beta and o (default f32); not\n"
+          "                        f32: every call goes through linattn_run\n"
+          "  --state f32|bf16      the type of the step's state (default f32)\n"
+          "  --act on|off          on: g holds raw gate projections, computed in the call\n"
+          "                        as -exp(A_log) softplus(g + dt_bias) (token and channel\n"
+          "                        gates), and delta's beta holds logits (sigmoid); off\n"
+          "                        (default): g and beta precomputed\n"
+          "  --goals               after the table, the goal rows: each time over its\n"
+          "                        float32 / precomputed twin, timed alternately in this\n"
+          "                        run (see Goals below)\n"
           "\n"
           "Modes (instead of the default table):\n"
           "  --decode N            decode latency: N consecutive steps on one state,\n"
@@ -97,6 +107,23 @@ static void usage(void)
           "slowdown against the plain token and channel rows.\n"
           "\n",
           stdout);
+    fputs("Goals (--goals; delta family, ratio = time / reference time, median and\n"
+          "range of interleaved repeats, \"met\" when the median is within the goal):\n"
+          "  bf16_prefill  forward_chunked with bf16 q, k, v, beta and o over float32, on\n"
+          "                every ISA listed, gate token (goal <= 1.05)\n"
+          "  fused_act     forward_chunked with the gate (softplus) and beta (sigmoid)\n"
+          "                computed in the call over precomputed g and beta, q/k L2 norm in\n"
+          "                both, gates token (Gated DeltaNet) and channel (KDA; dt_bias\n"
+          "                [H][dk]) (goal <= 1.05)\n"
+          "  bf16_state    linattn_run DELTA_STEP with a bf16 state over a float32 one,\n"
+          "                B=8 (--shape: its B) H=32 dk=dv=128, gate token: 16 MiB of\n"
+          "                float32 state, beyond L2 (goal <= 0.6); both rows also as a\n"
+          "                fraction of the bound (state bytes read and written at the\n"
+          "                bandwidth of an RMW pass over the float32 state's bytes)\n"
+          "  The forwards take the delta shape with T=1024 (or --shape); --quick: tiny\n"
+          "  shapes.\n"
+          "\n",
+          stdout);
     fputs("Columns (JSON keys):\n"
           "  tokens/s (tokens_per_s)  B*H*T tokens per second: every head's tokens count,\n"
           "                           so it is B*H times the sequence positions per\n"
@@ -129,6 +156,9 @@ static void usage(void)
           "                           on one core; pct_bound = 100 * frac_bound\n"
           "  us/token (us_per_token)  step: microseconds per call\n"
           "JSON only: family, phi, normalize, qk_l2norm, qk_heads, layout (forwards),\n"
+          "dtype, state, act (the --dtype, --state and --act of the call),\n"
+          "goal rows (kernel \"goal\"): case, ratio, ratio_min, ratio_max, repeats,\n"
+          "goal, met, seconds, seconds_ref,\n"
           "chunk, seconds (per call; quadratic: per head), baseline,\n"
           "max_abs_diff_chunked, and for --decode mode, tokens, us_p50, us_p99, us_max;\n"
           "--model mode: layers, us_per_layer (us_per_token: all layers);\n"
@@ -223,7 +253,20 @@ enum {
     OPT_SWEEP,
     OPT_DECODE,
     OPT_MODEL,
+    OPT_DTYPE,
+    OPT_STATE,
+    OPT_ACT,
+    OPT_GOALS,
 };
+
+/* One of the first n dtype names (the state takes f32 and bf16 only). */
+static linattn_dtype parse_dtype(const char *opt, const char *s, int n)
+{
+    const unsigned m = parse_name(opt, s, bench_dtype_names, n, 0);
+    if (m == 0)
+        usage_error("%s takes one type, not all", opt);
+    return (linattn_dtype)__builtin_ctz(m);
+}
 
 bench_options bench_parse_args(int argc, char **argv)
 {
@@ -244,6 +287,10 @@ bench_options bench_parse_args(int argc, char **argv)
         {"sweep", required_argument, NULL, OPT_SWEEP},
         {"decode", required_argument, NULL, OPT_DECODE},
         {"model", required_argument, NULL, OPT_MODEL},
+        {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"state", required_argument, NULL, OPT_STATE},
+        {"act", required_argument, NULL, OPT_ACT},
+        {"goals", no_argument, NULL, OPT_GOALS},
         {NULL, 0, NULL, 0},
     };
     bench_options op = {
@@ -303,6 +350,17 @@ bench_options bench_parse_args(int argc, char **argv)
         case OPT_SWEEP: op.sweep = val; break;
         case OPT_DECODE: op.decode = parse_int("--decode", val, 1, 100000000); break;
         case OPT_MODEL: op.model = parse_int("--model", val, 1, 4096); break;
+        case OPT_DTYPE: op.dtype = parse_dtype("--dtype", val, 3); break;
+        case OPT_STATE: op.state = parse_dtype("--state", val, 2); break;
+        case OPT_ACT: {
+            static const char *const onoff[] = {"off", "on"};
+            const unsigned m = parse_name("--act", val, onoff, 2, 0);
+            if (m == 0)
+                usage_error("--act takes on or off");
+            op.act = m == 2u;
+            break;
+        }
+        case OPT_GOALS: op.goals = 1; break;
         case ':': usage_error("%s needs a value", argv[optind - 1]);
         default: usage_error("unknown option '%s'", argv[optind - 1]);
         }
@@ -311,6 +369,8 @@ bench_options bench_parse_args(int argc, char **argv)
         usage_error("unexpected argument '%s'", argv[optind]);
     if ((op.sweep != NULL) + (op.decode != 0) + (op.model != 0) > 1)
         usage_error("--sweep, --decode and --model are separate runs");
+    if (op.goals && (op.sweep || op.decode || op.model))
+        usage_error("--goals follows the default table, not --sweep, --decode or --model");
     if (op.quick)
         op.min_time = 0.01;
     bench_options run = op;

@@ -47,6 +47,9 @@ void bench_json(const bench_result *r)
     json_int("dk", s.dk);
     json_int("dv", s.dv);
     json_str("layout", r->layout);
+    json_str("dtype", r->dtype);
+    json_str("state", r->state);
+    json_str("act", r->act);
     json_int("threads", r->threads);
     json_int("chunk", r->chunk);
     json_int("tokens", r->tokens);
@@ -71,6 +74,15 @@ void bench_json(const bench_result *r)
     json_num("ns_per_call", r->ns_per_call);
     json_num("x_faster", r->speedup);
     json_num("max_abs_diff_chunked", r->maxdiff);
+    json_num("seconds_ref", r->sec_ref);
+    json_num("ratio", r->ratio);
+    json_num("ratio_min", r->ratio_min);
+    json_num("ratio_max", r->ratio_max);
+    if (r->repeats > 0)
+        printf(",\"repeats\":%d", r->repeats);
+    json_num("goal", r->goal);
+    if (!isnan(r->goal) && !isnan(r->ratio))
+        printf(",\"met\":%s", r->ratio <= r->goal ? "true" : "false");
     printf("}\n");
 }
 

@@ -99,7 +99,7 @@ setup build-asan -Doptimization=1 -Ddebug=true -Db_sanitize=address,undefined \
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
     meson test -C build-asan -v --print-errorlogs \
     --suite kernels --suite delta --suite api --suite dispatch --suite tools \
-    --suite fuzz --suite threads --suite serve
+    --suite fuzz --suite threads --suite serve --suite dtypes
 
 stage "ThreadSanitizer"
 sh scripts/tsan.sh

@@ -98,17 +98,21 @@ static float *caller_z(const la_call *c, int64_t i)
  * at token *at: a block of n tokens from the stage (*at = 0), or, when the
  * stage has nothing to do, the whole head (*at = t0), whose later rows the
  * ops may prefetch. */
+/* The token at which the ops read block t0 in view_of's view. */
+static int64_t view_token(const la_source *src, int64_t t0)
+{
+    return la_stage_passthrough(src) ? t0 : 0;
+}
+
 static la_head view_of(const la_stage_ops *stage, const la_head *h, const la_source *src,
                        int64_t t0, int64_t n, void *buf, int64_t *at)
 {
     la_head x = *h;
-    if (la_stage_passthrough(src)) {
+    if (la_stage_passthrough(src))
         la_stage_in(stage, src, 0, src->T, buf, &x);
-        *at = t0;
-    } else {
+    else
         la_stage_in(stage, src, t0, n, buf, &x);
-        *at = 0;
-    }
+    *at = view_token(src, t0);
     return x;
 }
 
@@ -291,7 +295,7 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
             for (int64_t x = 0; x < m; x++) {
                 const int64_t t0 = (c0 + x) * chunk, n = chunk_rows(T, t0, chunk);
                 const float *before = SLOT_BEFORE(x);
-                const int64_t a = la_stage_passthrough(&src) ? t0 : 0; /* as view_of chose */
+                const int64_t a = view_token(&src, t0);
                 ops->chunk_output(SLOT_VIEW(x), SLOT_PACK(x), a, n, before,
                                   h.z ? before + state_floats : NULL);
                 la_stage_out(j->kern->stage, &src, t0, n, SLOT_VIEW(x), 0, c->dv);
@@ -362,7 +366,7 @@ typedef struct {
     int64_t width, pieces; /* columns per unit, units per head */
     size_t fbytes;         /* features of one block */
     size_t zbytes;         /* per head: zz (2 dk floats) */
-    size_t per_thread;     /* group x (w, zz, la_head), features, inv (block floats),
+    size_t per_thread;     /* group x (w, zz, la_head, la_source), features, inv (block floats),
                             * the stage's panels of a block */
     unsigned char *ws;
     /* with several units per head: every head's starting z and compensation
@@ -378,17 +382,20 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
     const int64_t ng = heads - i0 < j->group ? heads - i0 : j->group;
     const int64_t j0 = unit % j->pieces * j->width;
     const int64_t nj = c->dv - j0 < j->width ? c->dv - j0 : j->width;
-    const size_t per_head = j->w.total + j->zbytes + la_size_up64(sizeof(la_head));
+    const size_t per_head = j->w.total + j->zbytes + la_size_up64(sizeof(la_head)) +
+                            la_size_up64(sizeof(la_source));
     unsigned char *mine = j->ws + j->per_thread * (size_t)tid;
     float *f = (float *)(mine + per_head * (size_t)j->group);
     float *inv = (float *)((unsigned char *)f + j->fbytes);
     void *buf = (unsigned char *)inv + la_size_floats((size_t)j->block);
 #define HEAD(g) ((la_head *)(mine + per_head * (size_t)(g) + j->w.total + j->zbytes))
 #define ZZ(g) ((float *)(mine + per_head * (size_t)(g) + j->w.total))
+#define SRC(g) ((la_source *)((unsigned char *)HEAD(g) + la_size_up64(sizeof(la_head))))
     la_stage_reset(buf);
     for (int64_t g = 0; g < ng; g++) {
         la_head *h = HEAD(g);
         *h = head_base(c);
+        *SRC(g) = la_source_at(c, i0 + g); /* once per head, not per block */
         bind(h, c, i0 + g, mine + per_head * (size_t)g, &j->w);
         if (h->z && j->z_start)
             memcpy(ZZ(g), j->z_start + 2 * c->dk * (i0 + g), 2 * (size_t)c->dk * sizeof(float));
@@ -400,14 +407,14 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
         for (int64_t g = 0; g < ng; g++) {
             /* the ops get the block from the stage, or the whole head
              * when it has nothing to do (features then prefetches ahead) */
-            const la_source src = la_source_at(c, i0 + g);
+            const la_source *src = SRC(g);
             int64_t at;
-            const la_head h = view_of(j->kern->stage, HEAD(g), &src, t0, n, buf, &at);
+            const la_head h = view_of(j->kern->stage, HEAD(g), src, t0, n, buf, &at);
             ops->features(&h, at, n, f);
             if (h.z)
                 ops->normaliser(&h, f, n, ZZ(g), inv);
             ops->columns(&h, f, h.z ? inv : NULL, at, n, j0, nj);
-            la_stage_out(j->kern->stage, &src, t0, n, &h, j0, nj);
+            la_stage_out(j->kern->stage, src, t0, n, &h, j0, nj);
         }
     }
     for (int64_t g = 0; g < ng && j0 == 0; g++)
@@ -415,6 +422,7 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
             z_store(HEAD(g), ZZ(g));
 #undef HEAD
 #undef ZZ
+#undef SRC
 }
 
 /* Columns per unit: all of a head's, or with fewer heads than threads a
@@ -449,7 +457,8 @@ static void rec_setup(rec_job *j, const la_kernels *kern, const la_call *c, int 
     j->fbytes = la_size_up64(ops->feature_bytes(j->block, c->dk, c->dv));
     j->zbytes = la_size_floats(2 * (size_t)c->dk);
     const size_t per_head = la_size_add(la_size_add(j->w.total, j->zbytes),
-                                        la_size_up64(sizeof(la_head)));
+                                        la_size_up64(sizeof(la_head)) +
+                                            la_size_up64(sizeof(la_source)));
     const size_t inv_bytes = la_size_floats((size_t)j->block);
     j->per_thread = la_size_add(la_size_add(la_size_mul(per_head, (size_t)j->group), j->fbytes),
                                 la_size_add(inv_bytes, stage_bytes(c, j->block)));

@@ -56,12 +56,28 @@ static size_t kernel_bytes(const la_kernels *kern, const la_call *c, const delta
                                    : kern->delta->recurrent_bytes(a->block, c->dk, nj));
 }
 
-/* Where a head's state is: float K-first (s), float V-first (s, s_vld), or
- * bfloat16 K-first (s16, recurrent one-token calls). */
+/* Whether the recurrent form works on the kernels' packed copy of a float
+ * K-first state (tuning.h: delta_pack_from_T; never for a step). */
+static int packs(const la_kernels *kern, const la_call *c, const delta_algo *a)
+{
+    return !c->step && !a->chunked && kern->delta->pack != NULL &&
+           c->T >= kern->delta_tuning->delta_pack_from_T;
+}
+
+static size_t packed_bytes(const la_kernels *kern, const la_call *c, const delta_algo *a,
+                           int64_t nj)
+{
+    return packs(kern, c, a) ? la_size_up64(kern->delta->packed_bytes(c->dk, nj)) : 0;
+}
+
+/* Where a head's state is: float K-first (s; packed: the kernels' packed
+ * copy of the columns worked on), float V-first (s, s_vld), or bfloat16
+ * K-first (s16, recurrent one-token calls). */
 typedef struct {
     float *s;
     int64_t s_vld;
     uint16_t *s16;
+    int packed;
 } head_state;
 
 /* Tokens [0, T) of one value head (source src, state st) on columns
@@ -74,7 +90,7 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
     for (int64_t t0 = 0; t0 < src->T; t0 += a->block) {
         const int64_t n = src->T - t0 < a->block ? src->T - t0 : a->block;
         la_head h = {.dk = c->dk, .dv = c->dv, .s = st.s, .s_bf16 = st.s16, .s_vld = s_vld,
-                     .scale = c->scale, .chunk = a->chunk};
+                     .s_packed = st.packed, .scale = c->scale, .chunk = a->chunk};
         la_stage_in(kern->stage, src, t0, n, stage_buf, &h);
         if (s_vld)
             kern->delta->recurrent_vfirst(&h, j0, nj, kws);
@@ -94,7 +110,8 @@ typedef struct {
     int64_t members; /* value heads per unit */
     int64_t mgroups; /* units per (b, q/k head, tile) */
     int64_t tile, ntiles;
-    size_t stage_bytes, zero_bytes, kws_bytes, per_thread;
+    int pack;                /* units work on packed copies of their states */
+    size_t stage_bytes, zero_bytes, pack_bytes /* per member */, kws_bytes, per_thread;
     unsigned char *ws;
 } delta_job;
 
@@ -117,7 +134,8 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
     unsigned char *mine = j->ws ? j->ws + j->per_thread * (size_t)tid : stack;
     void *stage_buf = mine;
     float *zero = (float *)(mine + j->stage_bytes);
-    void *kws = mine + j->stage_bytes + j->zero_bytes;
+    float *packed = (float *)(mine + j->stage_bytes + j->zero_bytes);
+    void *kws = mine + j->stage_bytes + j->zero_bytes + j->pack_bytes * (size_t)j->members;
     la_source src[MAX_MEMBERS];
     float *state[MAX_MEMBERS];
     la_stage_reset(stage_buf);
@@ -132,6 +150,15 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
                 memset(state[m] + r * c->dv + j0, 0, (size_t)nj * sizeof(float));
         }
     }
+    head_state st[MAX_MEMBERS];
+    for (int64_t m = 0; m < nm; m++) {
+        st[m] = (head_state){state[m], 0, NULL, 0};
+        if (j->pack) {
+            st[m] = (head_state){(float *)((unsigned char *)packed + j->pack_bytes * (size_t)m), 0,
+                                 NULL, 1};
+            j->kern->delta->pack(state[m], c->dk, c->dv, j0, nj, st[m].s);
+        }
+    }
     /* block-major: the q/k panels of a block serve every member */
     for (int64_t t0 = 0; t0 < c->T; t0 += j->a.block) {
         const int64_t n = c->T - t0 < j->a.block ? c->T - t0 : j->a.block;
@@ -139,10 +166,11 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
             const la_source blk = la_source_tokens(&src[m], t0, n);
             /* the memo keys on the block's rows: advancing both q and k by
              * t0 keeps members of one q/k head equal */
-            head_tokens(j->kern, c, &j->a, &blk, (head_state){state[m], 0, NULL}, j0, nj,
-                        stage_buf, kws);
+            head_tokens(j->kern, c, &j->a, &blk, st[m], j0, nj, stage_buf, kws);
         }
     }
+    for (int64_t m = 0; m < nm && j->pack && c->s; m++)
+        j->kern->delta->unpack(state[m], c->dk, c->dv, j0, nj, st[m].s);
 }
 
 linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
@@ -178,7 +206,11 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
     j.stage_bytes = la_stage_bytes(&any, j.a.block);
     j.zero_bytes = c->s ? 0 : la_size_mul(la_size_floats(c->head_state_elems), (size_t)j.members);
     j.kws_bytes = kernel_bytes(kern, c, &j.a, j.tile);
-    j.per_thread = la_size_add(la_size_add(j.stage_bytes, j.zero_bytes), j.kws_bytes);
+    j.pack = packs(kern, c, &j.a);
+    j.pack_bytes = packed_bytes(kern, c, &j.a, j.tile);
+    j.per_thread = la_size_add(la_size_add(j.stage_bytes, j.zero_bytes),
+                               la_size_add(la_size_mul(j.pack_bytes, (size_t)j.members),
+                                           j.kws_bytes));
 
     const int nt = la_team_size(wanted, units);
     if (!(c->step && j.per_thread <= STEP_STACK_BYTES)) {
@@ -208,7 +240,9 @@ size_t la_delta_head_bytes(const la_kernels *kern, const la_call *c, int64_t nj)
         return 0;
     const delta_algo a = choose_algo(kern, c);
     const la_source src = la_source_at(c, 0);
-    return la_size_add(la_size_up64(la_stage_bytes(&src, a.block)), kernel_bytes(kern, c, &a, nj));
+    return la_size_add(la_size_add(la_size_up64(la_stage_bytes(&src, a.block)),
+                                   packed_bytes(kern, c, &a, nj)),
+                       kernel_bytes(kern, c, &a, nj));
 }
 
 static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
@@ -220,12 +254,22 @@ static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64
     const la_source src = la_source_at(c, 0);
     const size_t sb = la_size_up64(la_stage_bytes(&src, a.block));
     la_stage_reset(ws);
+    /* a float K-first state: on the packed copy when the tuning says so */
+    const size_t pb = st.s && !st.s_vld ? packed_bytes(kern, c, &a, nj) : 0;
+    float *copy = (float *)((unsigned char *)ws + sb);
+    if (pb) {
+        kern->delta->pack(st.s, c->dk, c->dv, j0, nj, copy);
+        head_tokens(kern, c, &a, &src, (head_state){copy, 0, NULL, 1}, j0, nj, ws,
+                    (unsigned char *)ws + sb + pb);
+        kern->delta->unpack(st.s, c->dk, c->dv, j0, nj, copy);
+        return;
+    }
     head_tokens(kern, c, &a, &src, st, j0, nj, ws, (unsigned char *)ws + sb);
 }
 
 void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){c->s, 0, NULL}, ws);
+    head_run(kern, c, j0, nj, (head_state){c->s, 0, NULL, 0}, ws);
 }
 
 /* The same on a V-first state in place (value column j of the head at
@@ -239,7 +283,7 @@ int la_delta_head_recurrent(const la_kernels *kern, const la_call *c)
 void la_delta_head_run_vfirst(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                               float *s, int64_t ld, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){s, ld, NULL}, ws);
+    head_run(kern, c, j0, nj, (head_state){s, ld, NULL, 0}, ws);
 }
 
 /* A one-token recurrent call on a K-first bfloat16 state in place (row i
@@ -253,5 +297,5 @@ int la_delta_head_bf16_in_place(const la_kernels *kern, const la_call *c)
 void la_delta_head_run_bf16(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                             uint16_t *s, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){NULL, 0, s}, ws);
+    head_run(kern, c, j0, nj, (head_state){NULL, 0, s, 0}, ws);
 }

@@ -33,8 +33,13 @@
 #ifndef LA_DELTA_NV
 #define LA_DELTA_NV 4 /* vectors per tile */
 #endif
+/* Vectors per register tile on a packed copy of the state (pack below): a
+ * table may take narrower tiles there, so that a tile of dk rows fits in L1. */
+#ifndef LA_DELTA_PACK_NV
+#define LA_DELTA_PACK_NV LA_DELTA_NV
+#endif
 
-enum { DELTA_TILE = LA_DELTA_NV * LA_VW };
+enum { DELTA_TILE = LA_DELTA_NV * LA_VW, DELTA_PACK_TILE = LA_DELTA_PACK_NV * LA_VW };
 
 /* out[0..dk) = mult * phi(x); lanes past dk of the last vector are written
  * as 0 (buffers are padded to whole vectors). Unit L2 norms are the input
@@ -123,23 +128,23 @@ LA_INLINE void delta_prepare(const la_head *h, int64_t t, float *f, int64_t dkp)
         memcpy(kn, kh, (size_t)h->dk * sizeof(float));
 }
 
-/* Tokens t0..t0+n-1 on nv vectors of columns of S (the last one wl lanes
- * wide), their features in f (one row block of DELTA_FEATURES x dkp per
+/* Tokens t0..t0+n-1 on nv vectors of columns of S (rows ld elements apart;
+ * the last vector wl lanes wide), their features in f (one row block of DELTA_FEATURES x dkp per
  * token). One sweep over the tile per token: row c is decayed and updated
  * for token t (S = L S + kh u^T), read out for t (o += S_c qh_c), and
  * already summed for token t+1 (acc += S_c kn_c): the state is read and
  * written once per token, and the accumulators stay in registers. s is
  * float, or with bf16 bfloat16 widened on load and rounded on store (once
  * per token; the driver uses it for one-token calls). */
-LA_INLINE void delta_tile_tokens(const la_head *h, void *s, const float *v0, float *o0,
-                                 const float *f, int64_t dkp, int64_t t0, int64_t n, int nv,
-                                 int64_t wl, la_gate gate, int bf16)
+LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const float *v0,
+                                 float *o0, const float *f, int64_t dkp, int64_t t0, int64_t n,
+                                 int nv, int64_t wl, la_gate gate, int bf16)
 {
     /* locals, not h->...: vector stores may alias anything, so fields read
      * through h would be reloaded after every store of the sweep. gate is a
      * constant at each call site: GCC did not unswitch the sweep on h->gate
      * and kept two branches, a jump and a spilled accumulator in it. */
-    const int64_t dk = h->dk, dv = h->dv, fs = DELTA_FEATURES * dkp;
+    const int64_t dk = h->dk, fs = DELTA_FEATURES * dkp;
     const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
     la_vf acc[LA_DELTA_NV], u[LA_DELTA_NV], out[LA_DELTA_NV];
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
@@ -152,7 +157,7 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, const float *v0, flo
     for (int64_t c = 0; c < dk; c++) { /* S^T k of the first token */
         const la_vf kv = vf_set1(f[3 * dkp + c]);
         for (int x = 0; x < nv; x++)
-            acc[x] = vf_fma(SLD(c * dv, x), kv, acc[x]);
+            acc[x] = vf_fma(SLD(c * ld, x), kv, acc[x]);
     }
     for (int64_t i = 0; i < n; i++) {
         const int64_t t = t0 + i;
@@ -172,7 +177,7 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, const float *v0, flo
         const la_vf kv = vf_set1(kh[c]), qv = vf_set1(qh[c]);                                     \
         const la_vf av = gate == LA_GATE_CHANNEL ? vf_set1(a[c]) : at;                           \
         const la_vf nk = vf_set1(NEXT ? kn[c] : 0.0f);                                            \
-        const int64_t sr = c * dv;                                                                \
+        const int64_t sr = c * ld;                                                                \
         for (int x = 0; x < nv; x++) {                                                            \
             const la_vf old = SLD(sr, x);                                                         \
             const la_vf y = vf_fma(kv, u[x], gate == LA_GATE_NONE ? old : vf_mul(av, old));      \
@@ -215,52 +220,106 @@ static size_t delta_recurrent_bytes(int64_t T, int64_t dk, int64_t nj)
                                       la_size_of_dim(round_vw(dk))));
 }
 
-/* A whole tile (constant width: no masked accesses) under a constant gate
- * and state type. */
-LA_INLINE void delta_tile_whole(const la_head *h, void *s, const float *v, float *o,
-                                const float *f, int64_t dkp, int64_t t0, int64_t n, la_gate gate,
-                                int bf16)
+/* The packed copy (la_delta_ops.pack): register tile r holds columns
+ * j0 + r * DELTA_PACK_TILE onwards, dk rows of DELTA_PACK_TILE floats (the
+ * last tile's rows padded). With a row stride of dv, a tile narrower than
+ * the row puts each row's lines in the same few cache sets (dv = 128, a
+ * 64-column tile: half of L1's sets, so 32 KiB of tile compete for 24 KiB
+ * of a 48 KiB L1 and stream from L2 at every token); contiguous, the same
+ * tile stays in L1 for a block of tokens. */
+static int64_t delta_packed_width(int64_t nj)
 {
-    delta_tile_tokens(h, s, v, o, f, dkp, t0, n, LA_DELTA_NV, LA_VW, gate, bf16);
+    return (nj + DELTA_PACK_TILE - 1) / DELTA_PACK_TILE * DELTA_PACK_TILE;
 }
 
-/* One sweep function per gate and state type for whole tiles; ragged ones
- * (dv not a multiple of the tile, narrowed tiles) read the gate. */
-static void delta_tile_dispatch(const la_head *h, void *s, const float *v, float *o,
+static size_t delta_packed_bytes(int64_t dk, int64_t nj)
+{
+    return la_size_floats(la_size_mul(la_size_of_dim(dk), la_size_of_dim(delta_packed_width(nj))));
+}
+
+static void delta_pack(const float *s, int64_t dk, int64_t dv, int64_t j0, int64_t nj, float *copy)
+{
+    for (int64_t jb = 0; jb < nj; jb += DELTA_PACK_TILE) {
+        const int64_t w = nj - jb < DELTA_PACK_TILE ? nj - jb : DELTA_PACK_TILE;
+        float *tile = copy + jb * dk;
+        for (int64_t c = 0; c < dk; c++)
+            memcpy(tile + c * DELTA_PACK_TILE, s + c * dv + j0 + jb, (size_t)w * sizeof(float));
+    }
+}
+
+static void delta_unpack(float *s, int64_t dk, int64_t dv, int64_t j0, int64_t nj,
+                         const float *copy)
+{
+    for (int64_t jb = 0; jb < nj; jb += DELTA_PACK_TILE) {
+        const int64_t w = nj - jb < DELTA_PACK_TILE ? nj - jb : DELTA_PACK_TILE;
+        const float *tile = copy + jb * dk;
+        for (int64_t c = 0; c < dk; c++)
+            memcpy(s + c * dv + j0 + jb, tile + c * DELTA_PACK_TILE, (size_t)w * sizeof(float));
+    }
+}
+
+/* A whole tile of nv vectors (a constant: no masked accesses) under a
+ * constant gate and state type. */
+LA_INLINE void delta_tile_whole(const la_head *h, void *s, int64_t ld, const float *v, float *o,
+                                const float *f, int64_t dkp, int64_t t0, int64_t n, int nv,
+                                la_gate gate, int bf16)
+{
+    delta_tile_tokens(h, s, ld, v, o, f, dkp, t0, n, nv, LA_VW, gate, bf16);
+}
+
+#define DELTA_WHOLE_PER_GATE(NV)                                                                  \
+    do {                                                                                          \
+        if (h->gate == LA_GATE_NONE)                                                              \
+            delta_tile_whole(h, s, ld, v, o, f, dkp, t0, n, NV, LA_GATE_NONE, bf16);              \
+        else if (h->gate == LA_GATE_TOKEN)                                                        \
+            delta_tile_whole(h, s, ld, v, o, f, dkp, t0, n, NV, LA_GATE_TOKEN, bf16);             \
+        else                                                                                      \
+            delta_tile_whole(h, s, ld, v, o, f, dkp, t0, n, NV, LA_GATE_CHANNEL, bf16);           \
+    } while (0)
+
+/* One sweep function per gate and state type for whole tiles (of the
+ * table's width, and of its packed width); ragged ones (dv not a multiple
+ * of the tile, narrowed tiles) read the gate. */
+static void delta_tile_dispatch(const la_head *h, void *s, int64_t ld, const float *v, float *o,
                                 const float *f, int64_t dkp, int64_t t0, int64_t n, int nv,
                                 int64_t wl, int bf16)
 {
-#define DELTA_TOKENS(k) delta_tile_tokens(h, s, v, o, f, dkp, t0, n, k, wl, h->gate, bf16)
-    if (nv < LA_DELTA_NV || wl < LA_VW)
-        LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_TOKENS);
-    else if (h->gate == LA_GATE_NONE)
-        delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_NONE, bf16);
-    else if (h->gate == LA_GATE_TOKEN)
-        delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_TOKEN, bf16);
+#define DELTA_TOKENS(k) delta_tile_tokens(h, s, ld, v, o, f, dkp, t0, n, k, wl, h->gate, bf16)
+    if (wl == LA_VW && nv == LA_DELTA_NV)
+        DELTA_WHOLE_PER_GATE(LA_DELTA_NV);
+#if LA_DELTA_PACK_NV != LA_DELTA_NV
+    else if (wl == LA_VW && nv == LA_DELTA_PACK_NV && !bf16)
+        DELTA_WHOLE_PER_GATE(LA_DELTA_PACK_NV);
+#endif
     else
-        delta_tile_whole(h, s, v, o, f, dkp, t0, n, LA_GATE_CHANNEL, bf16);
+        LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_TOKENS);
 #undef DELTA_TOKENS
 }
+#undef DELTA_WHOLE_PER_GATE
 
 static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dkp = round_vw(h->dk);
+    const int64_t tw = h->s_packed ? DELTA_PACK_TILE : DELTA_TILE;
     float *f = ws;
     for (int64_t t0 = 0; t0 < h->T; t0 += DELTA_BLOCK) {
         const int64_t n = h->T - t0 < DELTA_BLOCK ? h->T - t0 : DELTA_BLOCK;
         for (int64_t i = 0; i < n; i++)
             delta_prepare(h, t0 + i, f + i * DELTA_FEATURES * dkp, dkp);
-        for (int64_t jb = j0; jb < j0 + nj; jb += DELTA_TILE) {
-            const int64_t width = j0 + nj - jb < DELTA_TILE ? j0 + nj - jb : DELTA_TILE;
+        for (int64_t jb = j0; jb < j0 + nj; jb += tw) {
+            const int64_t width = j0 + nj - jb < tw ? j0 + nj - jb : tw;
             const int nv = (int)((width + LA_VW - 1) / LA_VW);
             const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
             float *o = h->o + jb;
             const float *v = h->v + jb;
             /* (whole-tile sweeps instantiated per gate: see delta_tile_tokens) */
             if (h->s_bf16)
-                delta_tile_dispatch(h, h->s_bf16 + jb, v, o, f, dkp, t0, n, nv, wl, 1);
+                delta_tile_dispatch(h, h->s_bf16 + jb, h->dv, v, o, f, dkp, t0, n, nv, wl, 1);
+            else if (h->s_packed)
+                delta_tile_dispatch(h, h->s + (jb - j0) * h->dk, DELTA_PACK_TILE, v, o, f, dkp,
+                                    t0, n, nv, wl, 0);
             else
-                delta_tile_dispatch(h, h->s + jb, v, o, f, dkp, t0, n, nv, wl, 0);
+                delta_tile_dispatch(h, h->s + jb, h->dv, v, o, f, dkp, t0, n, nv, wl, 0);
         }
     }
 }
@@ -554,4 +613,7 @@ const la_delta_ops LA_DELTA_OPS = {
     .recurrent = delta_recurrent,
     .chunked = delta_chunked,
     .recurrent_vfirst = delta_recurrent_vfirst,
+    .packed_bytes = delta_packed_bytes,
+    .pack = delta_pack,
+    .unpack = delta_unpack,
 };

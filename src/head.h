@@ -32,6 +32,9 @@ typedef struct la_head {
     /* delta recurrent_vfirst only: s is V-first, value column j is the dk
      * floats at s + j * s_vld (a state pool's layout in vLLM, sglang, ggml) */
     int64_t s_vld;
+    /* delta recurrent only: s is the kernels' packed copy of the columns
+     * the call works on (la_delta_ops.pack) */
+    int s_packed;
     float scale; /* finite */
     float eps;   /* additive: finite, >= 0 */
     linattn_phi phi; /* the stage has applied it (IDENTITY) when it made q/k panels */

@@ -135,6 +135,20 @@ void la_force_table(const la_table *t)
     active = k;
 }
 
+void la_force_table_tuning(const la_table *t, const la_tuning *additive, const la_tuning *delta)
+{
+    static la_kernels forced;
+    la_force_table(t);
+    if (active == NULL)
+        return;
+    forced = *active;
+    if (additive)
+        forced.additive_tuning = additive;
+    if (delta)
+        forced.delta_tuning = delta;
+    active = &forced;
+}
+
 int linattn_isa_available(linattn_isa isa)
 {
     pthread_once(&once, init);

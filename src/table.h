@@ -62,5 +62,8 @@ int la_table_runnable(const la_table *t);
 /* Tests: run compute calls on t (must be runnable; NULL: as if a forced ISA
  * could not run). */
 void la_force_table(const la_table *t);
+/* Tests: as la_force_table, with a family's tuning entry replaced (NULL:
+ * the table's own), to run every choice an entry can make on any CPU. */
+void la_force_table_tuning(const la_table *t, const la_tuning *additive, const la_tuning *delta);
 
 #endif

@@ -32,6 +32,12 @@ typedef struct la_tuning {
     /* chunk = 0: chunk[max(dk, dv) > 64][gate]. */
     int64_t additive_chunk[2][LA_GATES];
     int64_t delta_chunk[2][LA_GATES];
+    /* The delta recurrent forward works on a packed copy of a unit's state
+     * columns (la_delta_ops.pack: each register tile's rows contiguous, so
+     * a tile the size of L1 maps onto all of its sets) in calls of at least
+     * this many tokens; LA_TUNE_NEVER: on the state where it lies. The
+     * copy changes no arithmetic: results are the same bits either way. */
+    int64_t delta_pack_from_T;
 } la_tuning;
 
 /* The delta family's choice on every table so far, measured on Zen 4: the
@@ -39,7 +45,7 @@ typedef struct la_tuning {
  * the chunked form's flops; chunks of 32. */
 #define LA_DELTA_TUNING_ZEN4                                                                     \
     .delta_chunked_above_dk = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},                     \
-    .delta_chunk = {{32, 32, 32}, {32, 32, 32}}
+    .delta_chunk = {{32, 32, 32}, {32, 32, 32}}, .delta_pack_from_T = LA_TUNE_NEVER
 
 static inline int la_tuned_chunked(const int64_t above[LA_GATES], int64_t dk, la_gate gate)
 {

@@ -858,6 +858,67 @@ START_TEST(threads_bitwise_equal)
 }
 END_TEST
 
+/* ---- the packed working copy (tuning.h: delta_pack_from_T) ------------------ */
+
+static float *copy_floats(const float *x, size_t n)
+{
+    float *y = malloc(n * sizeof(float));
+    ck_assert_ptr_nonnull(y);
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+/* The recurrent forward on the kernels' packed copy of the state gives the
+ * same bits as on the state where it lies, whatever this CPU's tuning
+ * entry says: both choices are forced here. */
+START_TEST(packed_state_same_bits)
+{
+    if (table->delta == NULL || table->delta->pack == NULL) {
+        printf("table %s: no packed copy (its delta ops do not pack); nothing to compare\n",
+               table->name);
+        return;
+    }
+    la_tuning never = *la_active_kernels()->delta_tuning, always = never;
+    never.delta_pack_from_T = LA_TUNE_NEVER;
+    always.delta_pack_from_T = 1;
+    static const int64_t shapes[][6] = {
+        /* B, H, qk heads, T, dk, dv */
+        {1, 2, 2, 33, 5, 1},   {2, 3, 3, 70, 17, 15},  {1, 2, 1, 65, 64, 100},
+        {1, 1, 1, 40, 128, 130}, {1, 4, 2, 100, 33, 64}, {1, 2, 2, 1, 16, 48},
+    };
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int state = 0; state <= 1; state++)
+                for (int threads = 1; threads <= 3; threads += 2) {
+                    dspec sp = dspec_default(shapes[sh][0], shapes[sh][1], shapes[sh][3],
+                                             shapes[sh][4], shapes[sh][5]);
+                    sp.qk_heads = shapes[sh][2];
+                    sp.gate = (linattn_gate)gate;
+                    sp.algo = LINATTN_ALGO_RECURRENT;
+                    sp.with_state = state;
+                    sp.threads = threads;
+                    dproblem p;
+                    dproblem_make(&p, &sp);
+                    p.cfg.num_threads = threads;
+                    la_force_table_tuning(table, NULL, &never);
+                    ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
+                    float *o1 = copy_floats(p.o, p.no), *s1 = p.s ? copy_floats(p.s, p.ns) : NULL;
+                    restore_state(&p);
+                    la_force_table_tuning(table, NULL, &always);
+                    ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
+                    ck_assert_msg(memcmp(o1, p.o, p.no * sizeof(float)) == 0,
+                                  "o differs on the packed copy: %s", dspec_name(&p.sp));
+                    ck_assert_msg(!p.s || memcmp(s1, p.s, p.ns * sizeof(float)) == 0,
+                                  "s differs on the packed copy: %s", dspec_name(&p.sp));
+                    expect_matches_oracle(&p, "packed copy");
+                    free(o1);
+                    free(s1);
+                    dproblem_free(&p);
+                }
+    la_force_table(table);
+}
+END_TEST
+
 /* ---- bad input: a status, nothing written, a message naming the field ------ */
 
 typedef struct {
@@ -1039,6 +1100,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, steps_on_step_buffers);
     tcase_add_test(oracle, nan_propagates_only_forward);
     tcase_add_test(oracle, threads_bitwise_equal);
+    tcase_add_test(oracle, packed_state_same_bits);
     suite_add_tcase(s, oracle);
 
     TCase *bad = tcase_create("bad_input");

@@ -7,5 +7,10 @@
 #include "../table.h"
 #include "simd512.h"
 
+#ifndef LA_DELTA_NV /* -DLA_DELTA_NV=4: a variant build, to measure */
 #define LA_DELTA_NV 8
+#endif
+#ifndef LA_DELTA_PACK_NV
+#define LA_DELTA_PACK_NV 4
+#endif
 #include "../delta_kernels.h"

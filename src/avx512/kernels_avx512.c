@@ -861,7 +861,9 @@ static void forward_noncausal_avx512(const la_head *h)
 LA_FTZ_CHUNK_OPS(avx512)
 
 /* The value-tiled recurrent forward, written once for every ISA. */
+#ifndef LA_ADD_NV /* -DLA_ADD_NV=2: a variant build, to measure */
 #define LA_ADD_NV 4
+#endif
 #include "../additive_kernels.h"
 
 static const la_additive_ops additive_avx512 = {

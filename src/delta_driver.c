@@ -199,6 +199,20 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
             j.tile = c->dv;
         j.ntiles = (c->dv + j.tile - 1) / j.tile;
     }
+    /* units that do not share evenly leave threads idle in the last round
+     * (16 units on 12 threads: two rounds for 1.33 units of work each):
+     * split further while 1/8 or more of the rounds' thread time would idle,
+     * value heads first, then (not for a step) tiles down to 32 columns */
+    while (la_idle_eighths(UNITS(), wanted) > 0) {
+        if (j.members > 1) {
+            j.members = (j.members + 1) / 2;
+        } else if (!c->step && j.tile > 32) {
+            j.tile = (j.tile / 2 + 15) / 16 * 16;
+            j.ntiles = (c->dv + j.tile - 1) / j.tile;
+        } else {
+            break;
+        }
+    }
     j.mgroups = (j.group + j.members - 1) / j.members;
     const int64_t units = UNITS();
 #undef UNITS

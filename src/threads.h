@@ -45,6 +45,16 @@ static inline int la_thread_num(void)
 }
 
 /* The team for `units` independent units: never more threads than units. */
+/* Eighths (rounded down) of the thread time that idles when units of equal
+ * cost are shared statically over `threads`: 0 when they divide evenly. */
+static inline int64_t la_idle_eighths(int64_t units, int threads)
+{
+    if (threads <= 1 || units < 1)
+        return 0;
+    const int64_t slots = (units + threads - 1) / threads * threads;
+    return (slots - units) * 8 / slots;
+}
+
 static inline int la_team_size(int wanted, int64_t units)
 {
     return units < wanted ? (int)(units < 1 ? 1 : units) : wanted;

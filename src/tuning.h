@@ -40,12 +40,14 @@ typedef struct la_tuning {
     int64_t delta_pack_from_T;
 } la_tuning;
 
-/* The delta family's choice on every table so far, measured on Zen 4: the
- * recurrent form keeps its tile of the state in L1/L2 and needs a third of
- * the chunked form's flops; chunks of 32. */
+/* The delta family's algorithm on every table so far, measured on Zen 4
+ * and on a Xeon (model 207): the recurrent form keeps its tile of the state
+ * in L1/L2 and needs a third of the chunked form's flops; chunks of 32.
+ * Each entry also sets delta_pack_from_T (the test of the entries rejects
+ * one left at 0). */
 #define LA_DELTA_TUNING_ZEN4                                                                     \
     .delta_chunked_above_dk = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},                     \
-    .delta_chunk = {{32, 32, 32}, {32, 32, 32}}, .delta_pack_from_T = LA_TUNE_NEVER
+    .delta_chunk = {{32, 32, 32}, {32, 32, 32}}
 
 static inline int la_tuned_chunked(const int64_t above[LA_GATES], int64_t dk, la_gate gate)
 {

@@ -173,6 +173,10 @@ typedef void (*bench_fn)(void *ctx);
 double bench_time_call(bench_fn f, void *ctx, double min_time);
 /* FMA peak of one core for isa, GFLOP/s, measured once per run. */
 double bench_peak(const bench_options *op, linattn_isa isa);
+/* The same loop on nt threads at once, their total GFLOP/s, measured once
+ * per (isa, nt): below nt times bench_peak where threads share a core's FMA
+ * units (SMT siblings, a VM's vCPUs) or run at a lower all-core clock. */
+double bench_peak_threads(const bench_options *op, linattn_isa isa, int nt);
 /* Read-modify-write bandwidth of one core over n floats, GB/s. */
 double bench_bound(const bench_options *op, linattn_isa isa, int64_t n);
 /* The FLOP models of every family (measure.c says what they count). */
@@ -194,6 +198,7 @@ typedef struct {
     int64_t chunk, tokens, layers;
     double sec; /* per call (quadratic: per head) */
     double tokens_per_s, gflops, peak, frac_peak;
+    double peak_threads, frac_peak_threads; /* threads > 1: against bench_peak_threads */
     double gbps, bound, frac_bound, us_per_token;
     double speedup, maxdiff, maxref;
     double ns_per_call, us_p50, us_p99, us_max, us_per_layer;

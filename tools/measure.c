@@ -8,6 +8,10 @@
 #include <string.h>
 #include <time.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "bench.h"
 
 /* ---- the FLOP models ------------------------------------------------------
@@ -171,6 +175,49 @@ double bench_peak(const bench_options *op, linattn_isa isa)
 
 typedef struct {
     linattn_isa isa;
+    int64_t iters;
+    int nt;
+} peak_threads_ctx;
+
+static void run_peak_threads(void *p)
+{
+    const peak_threads_ctx *c = p;
+    float s = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(c->nt) reduction(+ : s)
+#endif
+    s += bench_fma_loop(c->isa, c->iters);
+    sink += s;
+}
+
+double bench_peak_threads(const bench_options *op, linattn_isa isa, int nt)
+{
+    typedef struct {
+        linattn_isa isa;
+        int nt;
+        double gflops;
+    } entry;
+    static entry cache[32];
+    static int used;
+    for (int i = 0; i < used; i++)
+        if (cache[i].isa == isa && cache[i].nt == nt)
+            return cache[i].gflops;
+#ifdef _OPENMP
+    const int team = nt;
+#else
+    const int team = 1; /* no threads: the bench's calls run on one too */
+#endif
+    peak_threads_ctx c = {isa, op->quick ? 1 << 12 : 1 << 16, team};
+    /* longer samples than one core's: a team's start is in each sample */
+    const double sec = bench_time_call(run_peak_threads, &c, 2 * op->min_time);
+    const double gflops = bench_fma_flops_per_iter(isa) * (double)c.iters * team / sec * 1e-9;
+    if (used < (int)(sizeof cache / sizeof *cache))
+        cache[used++] = (entry){isa, nt, gflops};
+    return gflops;
+}
+
+typedef struct {
+    linattn_isa isa;
     float *buf;
     size_t n;
 } rmw_ctx;
@@ -230,6 +277,7 @@ bench_result bench_new_result(const bench_options *op, const bench_case *c, benc
         .tokens = -1,
         .layers = -1,
         .sec = NAN, .tokens_per_s = NAN, .gflops = NAN, .peak = NAN, .frac_peak = NAN,
+        .peak_threads = NAN, .frac_peak_threads = NAN,
         .gbps = NAN, .bound = NAN, .frac_bound = NAN, .us_per_token = NAN,
         .speedup = NAN, .maxdiff = NAN, .maxref = NAN,
         .ns_per_call = NAN, .us_p50 = NAN, .us_p99 = NAN, .us_max = NAN,
@@ -250,6 +298,10 @@ void bench_set_rates(const bench_options *op, bench_result *r, linattn_isa isa, 
                 1e-9;
     r->peak = bench_peak(op, isa) * r->threads;
     r->frac_peak = r->gflops / r->peak;
+    if (r->threads > 1) {
+        r->peak_threads = bench_peak_threads(op, isa, r->threads);
+        r->frac_peak_threads = r->gflops / r->peak_threads;
+    }
 }
 
 /* The bound is measured over a buffer of the state's bytes (a bfloat16

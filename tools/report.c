@@ -62,6 +62,8 @@ void bench_json(const bench_result *r)
     json_num("peak_gflops", r->peak);
     json_num("frac_peak", r->frac_peak);
     json_num("pct_peak", 100 * r->frac_peak);
+    json_num("peak_gflops_threads", r->peak_threads);
+    json_num("frac_peak_threads", r->frac_peak_threads);
     json_num("gbps", r->gbps);
     json_num("bound_gbps", r->bound);
     json_num("frac_bound", r->frac_bound);

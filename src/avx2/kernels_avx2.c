@@ -217,6 +217,7 @@ static const la_tuning tuning_avx2[] = {
         .additive_chunked_above_dk = {128, 128, 128},
         .additive_chunk = {{30, 24, 24}, {30, 24, 24}},
         LA_DELTA_TUNING_ZEN4,
+        .delta_pack_from_T = 32,
     },
 };
 

@@ -184,12 +184,14 @@ static const la_tuning tuning_avx512[] = {
         .additive_chunked_above_dk = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
         .additive_chunk = {{16, 16, 16}, {32, 32, 32}},
         LA_DELTA_TUNING_ZEN4,
+        .delta_pack_from_T = LA_TUNE_NEVER,
     },
     {
         .uarch = LA_UARCH_SAPPHIRE_RAPIDS,
         .additive_chunked_above_dk = {64, 64, 64},
         .additive_chunk = {{16, 16, 16}, {32, 32, 32}},
         LA_DELTA_TUNING_ZEN4,
+        .delta_pack_from_T = 32,
     },
 };
 

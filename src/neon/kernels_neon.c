@@ -154,6 +154,7 @@ static const la_tuning tuning_neon[] = {
         .additive_chunked_above_dk = {0, 0, 0},
         .additive_chunk = {{64, 64, 32}, {64, 64, 32}},
         LA_DELTA_TUNING_ZEN4,
+        .delta_pack_from_T = LA_TUNE_NEVER,
     },
 };
 

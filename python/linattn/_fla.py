@@ -106,15 +106,17 @@ def _rows(x):
     every input contiguous, and callers pass views whose rows are strided
     (transformers splits q, k, v out of a transposed convolution output).
     Other dimensions are read through their strides, so the usual case
-    copies nothing."""
-    if x is None or not hasattr(x, 'ndim') or x.ndim == 0 or x.shape[-1] <= 1:
+    copies nothing. Written for the decode path: a few attribute reads."""
+    if type(x) is np.ndarray:
+        if x.ndim == 0 or x.strides[-1] == x.itemsize or x.shape[-1] <= 1:
+            return x
+        return np.ascontiguousarray(x)
+    try:  # a torch tensor; anything else goes on to the extension, which names it
+        if x.stride(-1) == 1 or x.shape[-1] <= 1:
+            return x
+    except (AttributeError, TypeError, IndexError, RuntimeError):
         return x
-    torch = _torch_of(x)
-    if torch is not None:
-        return x if x.stride(-1) == 1 else x.contiguous()
-    if isinstance(x, np.ndarray):
-        return x if x.strides[-1] == x.itemsize else np.ascontiguousarray(x)
-    return x
+    return x.contiguous()
 
 
 def _zeros(q, shape):

@@ -377,11 +377,12 @@ def _real_transformers():
 # layer sizes are given as the checkpoint's linear_attn_config, which every
 # KimiLinearConfig read for this test takes (head_dim, num_heads,
 # short_conv_kernel_size; kda_layers / full_attn_layers, 1-based, make the
-# layer types). The number of routed experts has had three names
-# (n_routed_experts, num_local_experts, num_experts, aliases of one another
-# through attribute_map): all are given the same value. MLA (the one
-# full-attention layer) and MoE sizes are small; layer 1 is dense
-# (first_k_dense_replace defaults to 1), layers 2-4 MoE.
+# layer types). The number of routed experts is given as num_local_experts,
+# the name the router and the experts read (a field, or an attribute_map
+# alias of n_routed_experts, depending on the version). MLA (the one
+# full-attention layer, no query LoRA) and MoE sizes are small; one group of
+# experts; layer 1 is dense (first_k_dense_replace defaults to 1), layers
+# 2-4 MoE.
 TINY = {
     'qwen3_next': ('Qwen3NextConfig', 'Qwen3NextForCausalLM', dict(
         vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
@@ -401,10 +402,8 @@ TINY = {
         pad_token_id=0, bos_token_id=1, eos_token_id=2,
         linear_attn_config={'head_dim': 16, 'num_heads': 4, 'short_conv_kernel_size': 4,
                             'kda_layers': [1, 2, 3], 'full_attn_layers': [4]},
-        q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,
-        v_head_dim=16, moe_intermediate_size=32, n_shared_experts=1,
-        n_routed_experts=4, num_local_experts=4, num_experts=4, num_experts_per_tok=2,
-        n_group=1, topk_group=1)),
+        kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+        moe_intermediate_size=32, num_local_experts=4, num_experts_per_tok=2)),
 }
 
 # Functions the tiny models' linear-attention layers must reach through the

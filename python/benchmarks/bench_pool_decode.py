@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 
 import linattn  # noqa: E402
 from linattn import _ext  # noqa: E402
+from linattn._api import _DELTA_FORWARD  # noqa: E402
 
 
 def per_call(fn, n, repeats=7):
@@ -66,9 +67,15 @@ def main():
         o = np.empty((B, 1, HV, D), np.float32)
 
         def bare():
-            _ext.run_pool(2, 'bthd', q, k, v, g, beta, o, pool, None, 'token', 'identity',
-                          'recurrent', True, False, 1e-10, D ** -0.5, 0, 0, 'grouped', True,
-                          False, slots, None, None, None, v_first)
+            # the extension's argument list, as _fla._run_pool passes it: kind,
+            # layout, q k v g beta o, pool z, gate phi algo causal normalize eps
+            # scale chunk threads head_map qk_l2norm z_compensated, the input
+            # stage (gate_act lower_bound beta_act A_log dt_bias), read/write/
+            # snapshot slots, cu_seqlens, state_v_first
+            _ext.run_pool(_DELTA_FORWARD, 'bthd', q, k, v, g, beta, o, pool, None, 'token',
+                          'identity', 'recurrent', True, False, 1e-10, D ** -0.5, 0, 0,
+                          'grouped', True, False, 'none', None, 'none', None, None,
+                          slots, None, None, None, v_first)
 
         t_fla, t_bare = per_call(fla, n), per_call(bare, n)
         print(f'  fla function, {name} pool, in place          {t_fla * 1e6:9.1f} us'

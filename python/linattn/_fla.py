@@ -9,8 +9,13 @@ is a new array. With cu_seqlens, B must be 1 and the sequences lie packed
 along T; each has its own state. Value heads may outnumber q/k heads
 (grouped, as fla's GVA). Inputs are used in place through their strides;
 copies are made only where fla's own options ask for a transformation
-(reverse, state_v_first, g plus g_gamma) and to bring g, A_log and dt_bias
-to float32 when given in another float type.
+(reverse, state_v_first, g plus g_gamma), to bring g, A_log and dt_bias
+to float32 when given in another float type, and where an operand's feature
+rows are strided: q, k, v or a per-channel g whose last dimension has a
+stride other than 1 (a view of a transposed tensor) is copied to a
+C-contiguous one, as fla's wrappers do (the kernels read a row as
+consecutive values). beta and per-token or per-head gates have no feature
+axis and are read through any strides.
 
 Types: q, k, v and beta float32, bfloat16 (torch) or float16 (torch,
 numpy), read where they lie; o has v's dtype, as fla's. The state is
@@ -92,6 +97,26 @@ def _as_f32(x, name):
     if x.dtype != np.float32 and x.dtype.kind == 'f':
         return x.astype(np.float32)
     return x
+
+
+def _rows(x):
+    """x with its last (feature) dimension contiguous: x itself when that
+    dimension's stride is 1 (or its size is 1), else a C-contiguous copy.
+    The kernels read a feature row as consecutive floats; fla's wrappers make
+    every input contiguous, and callers pass views whose rows are strided
+    (transformers splits q, k, v out of a transposed convolution output).
+    Other dimensions are read through their strides, so the usual case
+    copies nothing. Written for the decode path: a few attribute reads."""
+    if type(x) is np.ndarray:
+        if x.ndim == 0 or x.strides[-1] == x.itemsize or x.shape[-1] <= 1:
+            return x
+        return np.ascontiguousarray(x)
+    try:  # a torch tensor; anything else goes on to the extension, which names it
+        if x.stride(-1) == 1 or x.shape[-1] <= 1:
+            return x
+    except (AttributeError, TypeError, IndexError, RuntimeError):
+        return x
+    return x.contiguous()
 
 
 def _zeros(q, shape):
@@ -257,6 +282,12 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
          state_v_first=False, qk_l2norm=False, chunk=0, algo='auto', ssm_state_indices=None,
          num_accepted_tokens=None, inplace_final_state=False, act=_NO_ACT):
     g = _as_f32(g, 'g')
+    # operands whose last dimension is a feature row: q, k [.., K], v [.., V]
+    # and a per-channel gate [.., K]; beta and a per-token or per-head gate
+    # have no feature axis and are read through any strides
+    q, k, v = _rows(q), _rows(k), _rows(v)
+    if gate == 'channel':
+        g = _rows(g)
     if ssm_state_indices is not None or inplace_final_state or (cu_seqlens is not None and
                                                                   not reverse):
         if reverse:

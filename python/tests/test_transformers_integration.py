@@ -21,6 +21,8 @@ def ref(q, k, v, g, beta, s0=None, l2=True):
     """float64 delta rule, [B, T, H, D] in, (o [B, T, H, V], S [B, H, K, V]);
     g [B, T, H] (per head) or [B, T, H, K] (per key channel)."""
     q, k, v, g, beta = (x.detach().double() for x in (q, k, v, g, beta))
+    if q.shape[2] != v.shape[2]:  # grouped q/k heads, as the fallbacks repeat them
+        q, k = (x.repeat_interleave(v.shape[2] // x.shape[2], dim=2) for x in (q, k))
     B, T, H, K = q.shape
     V = v.shape[-1]
     if l2:
@@ -38,12 +40,16 @@ def ref(q, k, v, g, beta, s0=None, l2=True):
     return o, S
 
 
-def inputs(B, T, Hk, H, K, V, kda, dtype, gen):
+def inputs(B, T, Hk, H, K, V, kda, dtype, gen, expand=True):
+    """expand: q and k repeated to the value heads before the call, as
+    Qwen3-Next's layer does (and Qwen3.5's with fla < 0.5); without it they
+    keep Hk heads, as Qwen3.5's layer passes them to the torch fallback,
+    which repeats them itself (value head h reads q/k head h // (H // Hk))."""
     def r(*s):
         return torch.randn(*s, generator=gen)
     q = r(B, T, Hk, K)
     k = r(B, T, Hk, K)
-    if H != Hk:  # as transformers does before calling
+    if H != Hk and expand:
         q = q.repeat_interleave(H // Hk, dim=2)
         k = k.repeat_interleave(H // Hk, dim=2)
     # value a strided view of a packed projection, as after torch.split
@@ -71,16 +77,17 @@ def fake_fallback(*a, **kw):
 
 @pytest.mark.parametrize('kda', [False, True], ids=['gdn', 'kda'])
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16], ids=['f32', 'bf16'])
-@pytest.mark.parametrize('heads', [(2, 2), (2, 4)], ids=['mha', 'grouped'])
+@pytest.mark.parametrize('heads', [(2, 2, True), (2, 4, True), (2, 4, False)],
+                         ids=['mha', 'repeated', 'grouped'])
 @pytest.mark.parametrize('l2', [True, False], ids=['l2', 'nol2'])
 @pytest.mark.parametrize('with_state', [False, True], ids=['zero', 'h0'])
 def test_prefill_then_decode(kda, dtype, heads, l2, with_state):
     gen = torch.Generator().manual_seed(SEED)
-    Hk, H = heads
+    Hk, H, expand = heads
     B, T, K, V = 2, 70, 16, 12  # T over one 64-token chunk, not a multiple
     chunk = lt.make_replacement('kda_chunk' if kda else 'gdn_chunk', fake_fallback)
     rec = lt.make_replacement('kda_recurrent' if kda else 'gdn_recurrent', fake_fallback)
-    q, k, v, g, beta = inputs(B, T + 3, Hk, H, K, V, kda, dtype, gen)
+    q, k, v, g, beta = inputs(B, T + 3, Hk, H, K, V, kda, dtype, gen, expand)
     s0 = torch.randn(B, H, K, V, generator=gen) * 0.1 if with_state else None
     tol = 2e-4 if dtype == torch.float32 else 1e-2  # bf16: the output's rounding
     want, wS = ref(q, k, v, g, beta, s0, l2)
@@ -196,6 +203,45 @@ def test_cu_seqlens_packed_sequences():
         wo, wS = ref(q[:, a:b], k[:, a:b], v[:, a:b], g[:, a:b], beta[:, a:b])
         close(o[:, a:b], wo, 2e-4)
         close(S[n:n + 1], wS, 2e-4)
+
+
+def layer_views(B, T, Hk, H, K, V, gen):
+    """q, k, v as the Gated DeltaNet / KDA layers make them: one depthwise
+    convolution output [B, conv_dim, T] (contiguous), transposed to
+    [B, T, conv_dim] and split along its last dimension, each part viewed as
+    [B, T, heads, D]: the head dimension has a stride of T elements."""
+    conv = torch.randn(B, 2 * Hk * K + H * V, T, generator=gen)
+    mixed = conv.transpose(1, 2)
+    q, k, v = torch.split(mixed, [Hk * K, Hk * K, H * V], dim=-1)
+    return q.reshape(B, T, Hk, K), k.reshape(B, T, Hk, K), v.reshape(B, T, H, V)
+
+
+@pytest.mark.parametrize('kind', ['gdn_chunk', 'gdn_recurrent', 'kda_chunk', 'kda_recurrent'])
+@pytest.mark.parametrize('T', [1, 70])
+def test_layer_views_with_strided_rows_bitwise_as_contiguous(kind, T):
+    """transformers hands the replacement views whose feature rows are
+    strided (the failure seen with transformers 5.17: 'v: the last dimension
+    must be contiguous'); the result must be bitwise that of contiguous
+    copies, for prefill and for a decode step with a carried state."""
+    gen = torch.Generator().manual_seed(SEED + 21)
+    B, Hk, H, K, V = 2, 2, 4, 16, 12
+    q, k, v = layer_views(B, T, Hk, H, K, V, gen)
+    if T > 1:
+        assert v.stride(-1) == T  # the case that failed
+    kda = kind.startswith('kda')
+    g = -torch.nn.functional.softplus(torch.randn(B, T, H, *((K,) if kda else ()), generator=gen))
+    beta = torch.sigmoid(torch.randn(B, T, H, generator=gen))
+    s0 = torch.randn(B, H, K, V, generator=gen) * 0.1
+    f = lt.make_replacement(kind, fake_fallback)
+    # initial_state is updated in place by a decode call: each gets its own
+    got_o, got_s = f(q, k, v, g=g, beta=beta, initial_state=s0.clone(), output_final_state=True,
+                     use_qk_l2norm_in_kernel=True)
+    want_o, want_s = f(q.contiguous(), k.contiguous(), v.contiguous(), g=g, beta=beta,
+                       initial_state=s0.clone(), output_final_state=True,
+                       use_qk_l2norm_in_kernel=True)
+    assert torch.equal(got_o, want_o) and torch.equal(got_s, want_s)
+    close(got_o, ref(q, k, v, g, beta, s0)[0], 2e-4)
+    assert not FALLBACK_CALLED
 
 
 def test_non_cpu_and_autograd_go_to_the_original():
@@ -324,6 +370,19 @@ def _real_transformers():
     return pytest.importorskip('transformers', reason='transformers is not installed here')
 
 
+# Tiny configurations built from the configs' own fields (no download).
+# Kimi Linear: its defaults are the 48B checkpoint's (vocab 163840, token ids
+# 163584..163839, 256 experts), so the token ids must be set inside the tiny
+# vocabulary (an embedding's padding_idx must be < vocab_size), and the KDA
+# layer sizes are given as the checkpoint's linear_attn_config, which every
+# KimiLinearConfig read for this test takes (head_dim, num_heads,
+# short_conv_kernel_size; kda_layers / full_attn_layers, 1-based, make the
+# layer types). The number of routed experts is given as num_local_experts,
+# the name the router and the experts read (a field, or an attribute_map
+# alias of n_routed_experts, depending on the version). MLA (the one
+# full-attention layer, no query LoRA) and MoE sizes are small; one group of
+# experts; layer 1 is dense (first_k_dense_replace defaults to 1), layers
+# 2-4 MoE.
 TINY = {
     'qwen3_next': ('Qwen3NextConfig', 'Qwen3NextForCausalLM', dict(
         vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
@@ -338,29 +397,60 @@ TINY = {
         linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
         linear_value_head_dim=16, full_attention_interval=4)),
     'kimi_linear': ('KimiLinearConfig', 'KimiLinearForCausalLM', dict(
-        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, head_dim=16)),
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=4,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        linear_attn_config={'head_dim': 16, 'num_heads': 4, 'short_conv_kernel_size': 4,
+                            'kda_layers': [1, 2, 3], 'full_attn_layers': [4]},
+        kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+        moe_intermediate_size=32, num_local_experts=4, num_experts_per_tok=2)),
 }
+
+# Functions the tiny models' linear-attention layers must reach through the
+# patch: the chunked one for a prefill, the recurrent one for a decode step.
+REACHED = {'qwen3_next': ('gdn_chunk', 'gdn_recurrent'), 'qwen3_5': ('gdn_chunk', 'gdn_recurrent'),
+           'kimi_linear': ('kda_chunk', 'kda_recurrent')}
 
 
 @pytest.mark.parametrize('family', list(TINY))
-def test_tiny_model_logits_and_greedy_tokens(family):
+def test_tiny_model_logits_and_greedy_tokens(family, monkeypatch):
+    """A tiny random model's logits and 8 greedy tokens with and without the
+    patch; the patch must be reached (prefill and decode), or equal results
+    would prove nothing."""
     tr = _real_transformers()
     cfg_name, model_name, kw = TINY[family]
     if not hasattr(tr, cfg_name) or not hasattr(tr, model_name):
         pytest.skip(f'transformers {tr.__version__} has no {model_name}')
+    calls = {}
+
+    def counting(kind, fn):
+        def spy(*a, **k):
+            calls[kind] = calls.get(kind, 0) + 1
+            return fn(*a, **k)
+        return spy
+    for kind in REACHED[family]:
+        monkeypatch.setitem(lt._LINATTN, kind, counting(kind, lt._LINATTN[kind]))
     torch.manual_seed(SEED)
-    model = getattr(tr, model_name)(getattr(tr, cfg_name)(**kw)).eval()
+    cfg = getattr(tr, cfg_name)(**kw)
+    model = getattr(tr, model_name)(cfg).eval()
     ids = torch.randint(0, kw['vocab_size'], (1, 80))
     with torch.no_grad():
         base = model(ids).logits
         base_gen = model.generate(ids, max_new_tokens=8, do_sample=False)
+        assert not calls, f'linattn ran before apply_linattn: {calls}'
         lt.apply_linattn(model, families=family)
         try:
             got = model(ids).logits
             got_gen = model.generate(ids, max_new_tokens=8, do_sample=False)
         finally:
             lt.revert_linattn()
+    print(f'{family}: transformers {tr.__version__}, linattn calls {calls}, '
+          f'{got_gen.shape[1] - ids.shape[1]} tokens generated')
+    chunk, recurrent = REACHED[family]
+    assert calls.get(chunk), f'{family}: the patched {chunk} was never called (calls: {calls})'
+    if got_gen.shape[1] > ids.shape[1] + 1:  # at least one decode step with the cache
+        assert calls.get(recurrent), \
+            f'{family}: the patched {recurrent} was never called on decode (calls: {calls})'
     err = ((got - base).abs().max() / base.abs().max()).item()
     assert err <= 1e-4, f'{family}: logits differ by {err:.3g} relative'
     assert torch.equal(got_gen, base_gen)

@@ -9,17 +9,38 @@ Families: Qwen3-Next and Qwen3.5 (Gated DeltaNet: transformers'
 ``torch_chunk_gated_delta_rule`` / ``torch_recurrent_gated_delta_rule``) and
 Kimi Linear (KDA: ``torch_chunk_kda`` / ``torch_recurrent_kda``).
 
-Written against transformers' main branch as read in 2026-11 (5.x), where
-the layer either binds these functions to instance attributes in
-``__init__`` (``self.chunk_gated_delta_rule = chunk_gated_delta_rule or
-torch_chunk_gated_delta_rule``, or the ``use_kernelized_func`` class
-decorator) or looks the module-level name up when it runs. Both are
-covered: the module-level names are replaced, the layer classes' ``__init__``
-is wrapped so that layers built later get the replacement, and the layers of
-models passed to ``apply_linattn(model)`` are switched in place. The
-``kernels`` package's device mapping (``use_kernels=True``) is not
-registered yet. Never run against a real
-transformers install in this repository (none was available).
+Which transformers: read in the modeling sources of huggingface/transformers
+(stored snapshots, 2026-11, around 5.17: modeling_qwen3_5.py at 009e78d6,
+modeling_kimi_linear.py at c1a44bc9, whose layout matches the 5.17 install
+line for line where its traceback shows it, cache_utils.py's
+LinearAttentionLayer, and an older 5.x modeling_qwen3_next.py at 01cdc608).
+Two ways of calling are in use and both are covered: the layer's
+``forward`` calls the module-level name (Qwen3.5 and Kimi Linear there, and
+Qwen3-Next in the 5.17 run), or ``__init__`` binds it to an instance
+attribute (older Qwen3-Next: ``self.chunk_gated_delta_rule =
+chunk_gated_delta_rule or torch_chunk_gated_delta_rule``). The
+module-level names are replaced, the layer classes' ``__init__`` is wrapped
+so that layers built later get the replacement, and the layers of models
+passed to ``apply_linattn(model)`` are switched in place. Run against
+transformers 5.17 with torch 2.11 (CPU, Python 3.12) by the tiny-model
+tests of test_transformers_integration.py; in this repository's CI they are
+skipped (torch 1.13, no transformers).
+
+Not registered: the ``kernels`` package's device mapping
+(``from_pretrained(..., use_kernels=True)``). In transformers 5.x the
+fallbacks are wrapped by ``use_kernel_func_from_hub_with_fallback(name,
+"fla")``, which uses fla's function when fla imports and the torch fallback
+otherwise, and hands the name to ``kernels.use_kernel_forward_from_hub``;
+``kernels.register_kernel_mapping`` maps such a name, per device and mode,
+to a kernel *repository* (``LayerRepository(repo_id=..., layer_name=...,
+version=...)`` on the Hub, or ``LocalLayerRepository(repo_path=...,
+package_name=..., layer_name=...)``), which ``kernels`` loads as a built
+kernel package and swaps in when the model is kernelized. A mapping entry
+cannot name a Python function: a "cpu" entry for linattn would need linattn
+published in the ``kernels`` package layout, which is defined by the
+``kernels`` package (not read here, and installed neither here nor on the
+machine the tests ran on), so it could not be written exactly or tested.
+``apply_linattn`` needs no ``kernels`` package.
 
 What a replacement does, exactly as the torch fallback's contract:
 ``(query, key, value, g, beta, [chunk_size,] initial_state,
@@ -49,11 +70,18 @@ function, whose arguments are the finished g and beta; the raw projections
 and A_log / dt_bias are not among them. Fusing them would mean replacing the
 layers' ``forward``, which this integration does not do.
 
-Cost to know: transformers expands q and k to the value heads with
-``repeat_interleave`` before calling (Qwen3-Next: 16 q/k heads to 32 value
-heads), so linattn reads twice the q/k bytes that it could take grouped; the
-expansion is transformers' and is not undone here. Decode (T = 1) goes
-through the same wrapper and updates the cached state where it lies.
+Heads: Qwen3.5 passes q and k with their own (fewer) heads when fla is not
+installed, and its fallback repeats them (value head h reads q/k head
+h // (HV // HK)); linattn takes them grouped so, without the copy. Qwen3-Next
+(in the version read) repeats them with ``repeat_interleave`` before calling,
+and linattn then reads the expanded copies (not undone here).
+
+Strides: the layers split q, k and v out of the transposed output of their
+short convolution, so the head dimension of each has a stride of T (the
+token count) during a prefill; linattn's fla-style functions copy such an
+operand to a contiguous one (as fla's wrappers do) and read everything else
+in place. A decode token (T = 1) copies nothing, and goes through the same
+wrapper, which updates the cached state where it lies.
 """
 
 import functools

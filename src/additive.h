@@ -96,6 +96,13 @@ typedef struct la_additive_ops {
     void (*normaliser)(const la_head *h, const float *f, int64_t n, float *zz, float *inv);
     void (*columns)(const la_head *h, float *f, const float *inv, int64_t t0, int64_t n,
                     int64_t j0, int64_t nj);
+    /* columns' packed working copy (pack.h) of a state's columns [j0, j0 +
+     * nj): its bytes, and the copies in and out; columns runs on it when
+     * h->s_packed (h->s the copy, its column 0 being j0). tuning.h's
+     * additive_pack_from_T says when. NULL: the table does not pack. */
+    size_t (*packed_bytes)(int64_t dk, int64_t nj);
+    void (*pack)(const float *s, int64_t dk, int64_t dv, int64_t j0, int64_t nj, float *copy);
+    void (*unpack)(float *s, int64_t dk, int64_t dv, int64_t j0, int64_t nj, const float *copy);
     /* One token of the causal recurrence, any gate: decay, update and read
      * out h->s (and h->z) in a single pass, writing o (dv floats). g is the
      * token's gate (NULL for NONE; one float for TOKEN, dk for CHANNEL).

@@ -366,6 +366,7 @@ typedef struct {
     int64_t width, pieces; /* columns per unit, units per head */
     size_t fbytes;         /* features of one block */
     size_t zbytes;         /* per head: zz (2 dk floats) */
+    size_t pbytes;         /* per head: the packed copy of its columns (0: none) */
     size_t per_thread;     /* group x (w, zz, la_head, la_source), features, inv (block floats),
                             * the stage's panels of a block */
     unsigned char *ws;
@@ -382,13 +383,14 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
     const int64_t ng = heads - i0 < j->group ? heads - i0 : j->group;
     const int64_t j0 = unit % j->pieces * j->width;
     const int64_t nj = c->dv - j0 < j->width ? c->dv - j0 : j->width;
-    const size_t per_head = j->w.total + j->zbytes + la_size_up64(sizeof(la_head)) +
+    const size_t per_head = j->w.total + j->zbytes + j->pbytes + la_size_up64(sizeof(la_head)) +
                             la_size_up64(sizeof(la_source));
     unsigned char *mine = j->ws + j->per_thread * (size_t)tid;
     float *f = (float *)(mine + per_head * (size_t)j->group);
     float *inv = (float *)((unsigned char *)f + j->fbytes);
     void *buf = (unsigned char *)inv + la_size_floats((size_t)j->block);
-#define HEAD(g) ((la_head *)(mine + per_head * (size_t)(g) + j->w.total + j->zbytes))
+#define HEAD(g) ((la_head *)(mine + per_head * (size_t)(g) + j->w.total + j->zbytes + j->pbytes))
+#define COPY(g) ((float *)(mine + per_head * (size_t)(g) + j->w.total + j->zbytes))
 #define ZZ(g) ((float *)(mine + per_head * (size_t)(g) + j->w.total))
 #define SRC(g) ((la_source *)((unsigned char *)HEAD(g) + la_size_up64(sizeof(la_head))))
     la_stage_reset(buf);
@@ -401,6 +403,11 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
             memcpy(ZZ(g), j->z_start + 2 * c->dk * (i0 + g), 2 * (size_t)c->dk * sizeof(float));
         else if (h->z)
             z_load(h, ZZ(g));
+        if (j->pbytes) {
+            ops->pack(h->s, c->dk, c->dv, j0, nj, COPY(g));
+            h->s = COPY(g);
+            h->s_packed = 1;
+        }
     }
     for (int64_t t0 = 0; t0 < c->T; t0 += j->block) {
         const int64_t n = chunk_rows(c->T, t0, j->block);
@@ -417,10 +424,15 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
             la_stage_out(j->kern->stage, src, t0, n, &h, j0, nj);
         }
     }
+    /* (a zero initial state needs no copy back: it was the workspace's) */
+    for (int64_t g = 0; g < ng && j->pbytes && c->s; g++)
+        ops->unpack((float *)c->s + (size_t)(i0 + g) * (size_t)(c->dk * c->dv), c->dk, c->dv, j0, nj,
+                    COPY(g));
     for (int64_t g = 0; g < ng && j0 == 0; g++)
         if (HEAD(g)->z)
             z_store(HEAD(g), ZZ(g));
 #undef HEAD
+#undef COPY
 #undef ZZ
 #undef SRC
 }
@@ -456,7 +468,10 @@ static void rec_setup(rec_job *j, const la_kernels *kern, const la_call *c, int 
     j->block = BLOCK < c->T ? BLOCK : c->T;
     j->fbytes = la_size_up64(ops->feature_bytes(j->block, c->dk, c->dv));
     j->zbytes = la_size_floats(2 * (size_t)c->dk);
-    const size_t per_head = la_size_add(la_size_add(j->w.total, j->zbytes),
+    j->pbytes = ops->pack && c->T >= kern->additive_tuning->additive_pack_from_T
+                    ? la_size_up64(ops->packed_bytes(c->dk, j->width))
+                    : 0;
+    const size_t per_head = la_size_add(la_size_add(la_size_add(j->w.total, j->zbytes), j->pbytes),
                                         la_size_up64(sizeof(la_head)) +
                                             la_size_up64(sizeof(la_source)));
     const size_t inv_bytes = la_size_floats((size_t)j->block);

@@ -26,6 +26,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "pack.h"
 #include "tile_dispatch.h"
 
 enum {
@@ -177,13 +178,13 @@ static void additive_normaliser(const la_head *h, const float *f, int64_t n, flo
 /* The n tokens of a block on nv vectors of columns of S (the last one wl
  * lanes wide): features in f, v and o rows v_ts and o_ts floats apart (in
  * place or in the panels), inv NULL when not normalising. */
-LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, int64_t v_ts,
+LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const float *v0, int64_t v_ts,
                                float *o0, int64_t o_ts, const float *f, const float *inv,
                                int64_t n, int nv, int64_t wl)
 {
     /* locals, not h->...: vector stores may alias anything, so fields read
      * through h would be reloaded after every store of the sweep */
-    const int64_t dk = h->dk, dv = h->dv, dkp = add_round_vw(dk), fs = ADD_ROWS * dkp;
+    const int64_t dk = h->dk, dkp = add_round_vw(dk), fs = ADD_ROWS * dkp;
     const la_gate gate = h->gate;
     la_vf v1[LA_ADD_NV], v2[LA_ADD_NV], o1[LA_ADD_NV], o2[LA_ADD_NV];
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
@@ -204,7 +205,7 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, int6
         }
         for (int64_t c = 0; c < dk; c++) {
             const la_vf kv2 = vf_set1(k2[c]), qv2 = vf_set1(q2[c]), qa = vf_set1(qa1[c]);
-            float *sr = s + c * dv;
+            float *sr = s + c * ld;
             if (gate == LA_GATE_NONE) { /* a1 = a2 = 1 */
                 const la_vf kv1 = vf_set1(k1[c]);
                 for (int x = 0; x < nv; x++) {
@@ -243,7 +244,7 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, int6
         for (int64_t c = 0; c < dk; c++) {
             const la_vf kv1 = vf_set1(k1[c]), qv1 = vf_set1(q1[c]);
             const la_vf av1 = gate == LA_GATE_CHANNEL ? vf_set1(a1[c]) : at1;
-            float *sr = s + c * dv;
+            float *sr = s + c * ld;
             for (int x = 0; x < nv; x++) {
                 const la_vf y1 = vf_fma(kv1, v1[x], DECAY(av1, LD(sr, x)));
                 o1[x] = vf_fma(y1, qv1, o1[x]);
@@ -258,6 +259,24 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, const float *v0, int6
 #undef LD
 #undef ST
 #undef DECAY
+}
+
+/* columns' packed copy (pack.h), in register tiles. */
+static size_t additive_packed_bytes(int64_t dk, int64_t nj)
+{
+    return la_packed_bytes(dk, nj, ADD_TILE);
+}
+
+static void additive_pack(const float *s, int64_t dk, int64_t dv, int64_t j0, int64_t nj,
+                          float *copy)
+{
+    la_pack_tiles(s, dk, dv, j0, nj, ADD_TILE, copy);
+}
+
+static void additive_unpack(float *s, int64_t dk, int64_t dv, int64_t j0, int64_t nj,
+                            const float *copy)
+{
+    la_unpack_tiles(s, dk, dv, j0, nj, ADD_TILE, copy);
 }
 
 static void additive_columns(const la_head *h, float *f, const float *inv, int64_t t0, int64_t n,
@@ -277,15 +296,17 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
         const int64_t width = j0 + nj - jb < ADD_TILE ? j0 + nj - jb : ADD_TILE;
         const int nv = (int)((width + LA_VW - 1) / LA_VW);
         const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
-        float *s = h->s + jb, *o = op + jb;
+        /* the state where it lies, or its packed copy (pack.h) */
+        float *s = h->s_packed ? h->s + (jb - j0) * h->dk : h->s + jb, *o = op + jb;
+        const int64_t ld = h->s_packed ? ADD_TILE : h->dv;
         const float *v = vp + jb;
         /* a constant nv per call site keeps the tile's v and o in registers;
          * whole tiles also get a constant last width (no masked accesses) */
         if (nv == LA_ADD_NV && wl == LA_VW) {
-            add_tile_tokens(h, s, v, vs, o, os, f, inv, n, LA_ADD_NV, LA_VW);
+            add_tile_tokens(h, s, ld, v, vs, o, os, f, inv, n, LA_ADD_NV, LA_VW);
             continue;
         }
-#define ADD_TOKENS(k) add_tile_tokens(h, s, v, vs, o, os, f, inv, n, k, wl)
+#define ADD_TOKENS(k) add_tile_tokens(h, s, ld, v, vs, o, os, f, inv, n, k, wl)
         LA_TILE_SWITCH(nv, LA_ADD_NV, ADD_TOKENS);
 #undef ADD_TOKENS
     }

@@ -28,6 +28,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "pack.h"
 #include "tile_dispatch.h"
 
 #ifndef LA_DELTA_NV
@@ -220,42 +221,21 @@ static size_t delta_recurrent_bytes(int64_t T, int64_t dk, int64_t nj)
                                       la_size_of_dim(round_vw(dk))));
 }
 
-/* The packed copy (la_delta_ops.pack): register tile r holds columns
- * j0 + r * DELTA_PACK_TILE onwards, dk rows of DELTA_PACK_TILE floats (the
- * last tile's rows padded). With a row stride of dv, a tile narrower than
- * the row puts each row's lines in the same few cache sets (dv = 128, a
- * 64-column tile: half of L1's sets, so 32 KiB of tile compete for 24 KiB
- * of a 48 KiB L1 and stream from L2 at every token); contiguous, the same
- * tile stays in L1 for a block of tokens. */
-static int64_t delta_packed_width(int64_t nj)
-{
-    return (nj + DELTA_PACK_TILE - 1) / DELTA_PACK_TILE * DELTA_PACK_TILE;
-}
-
+/* The packed copy (pack.h) in tiles of the packed register tile. */
 static size_t delta_packed_bytes(int64_t dk, int64_t nj)
 {
-    return la_size_floats(la_size_mul(la_size_of_dim(dk), la_size_of_dim(delta_packed_width(nj))));
+    return la_packed_bytes(dk, nj, DELTA_PACK_TILE);
 }
 
 static void delta_pack(const float *s, int64_t dk, int64_t dv, int64_t j0, int64_t nj, float *copy)
 {
-    for (int64_t jb = 0; jb < nj; jb += DELTA_PACK_TILE) {
-        const int64_t w = nj - jb < DELTA_PACK_TILE ? nj - jb : DELTA_PACK_TILE;
-        float *tile = copy + jb * dk;
-        for (int64_t c = 0; c < dk; c++)
-            memcpy(tile + c * DELTA_PACK_TILE, s + c * dv + j0 + jb, (size_t)w * sizeof(float));
-    }
+    la_pack_tiles(s, dk, dv, j0, nj, DELTA_PACK_TILE, copy);
 }
 
 static void delta_unpack(float *s, int64_t dk, int64_t dv, int64_t j0, int64_t nj,
                          const float *copy)
 {
-    for (int64_t jb = 0; jb < nj; jb += DELTA_PACK_TILE) {
-        const int64_t w = nj - jb < DELTA_PACK_TILE ? nj - jb : DELTA_PACK_TILE;
-        const float *tile = copy + jb * dk;
-        for (int64_t c = 0; c < dk; c++)
-            memcpy(s + c * dv + j0 + jb, tile + c * DELTA_PACK_TILE, (size_t)w * sizeof(float));
-    }
+    la_unpack_tiles(s, dk, dv, j0, nj, DELTA_PACK_TILE, copy);
 }
 
 /* A whole tile of nv vectors (a constant: no masked accesses) under a

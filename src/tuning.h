@@ -38,13 +38,16 @@ typedef struct la_tuning {
      * this many tokens; LA_TUNE_NEVER: on the state where it lies. The
      * copy changes no arithmetic: results are the same bits either way. */
     int64_t delta_pack_from_T;
+    /* The same for the additive family's value-tiled recurrent forward
+     * (la_additive_ops.pack). */
+    int64_t additive_pack_from_T;
 } la_tuning;
 
 /* The delta family's algorithm on every table so far, measured on Zen 4
  * and on a Xeon (model 207): the recurrent form keeps its tile of the state
  * in L1/L2 and needs a third of the chunked form's flops; chunks of 32.
- * Each entry also sets delta_pack_from_T (the test of the entries rejects
- * one left at 0). */
+ * Each entry also sets delta_pack_from_T and additive_pack_from_T (the test
+ * of the entries rejects one left at 0). */
 #define LA_DELTA_TUNING_ZEN4                                                                     \
     .delta_chunked_above_dk = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},                     \
     .delta_chunk = {{32, 32, 32}, {32, 32, 32}}

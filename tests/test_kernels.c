@@ -498,6 +498,67 @@ START_TEST(threads_bitwise_equal)
 }
 END_TEST
 
+/* The value-tiled recurrent forward on the kernels' packed copy of the
+ * state (tuning.h: additive_pack_from_T) gives the same bits as on the
+ * state where it lies, whatever this CPU's entry says: both are forced. */
+START_TEST(packed_state_same_bits)
+{
+    if (table->additive == NULL || table->additive->pack == NULL) {
+        printf("table %s: no packed copy (its additive ops do not pack); nothing to compare\n",
+               table->name);
+        return;
+    }
+    la_tuning never = *la_active_kernels()->additive_tuning, always = never;
+    never.additive_pack_from_T = LA_TUNE_NEVER;
+    always.additive_pack_from_T = 1;
+    static const int64_t shapes[][5] = {/* B, H, T, dk, dv */
+                                        {1, 2, 33, 5, 1},   {2, 3, 70, 17, 15}, {1, 2, 65, 64, 100},
+                                        {1, 1, 40, 128, 130}, {1, 9, 66, 16, 80}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int state = 0; state <= 1; state++)
+                for (int threads = 1; threads <= 3; threads += 2) {
+                    const int64_t B = shapes[sh][0], H = shapes[sh][1], T = shapes[sh][2];
+                    const int64_t dk = shapes[sh][3], dv = shapes[sh][4];
+                    spec sp = spec_default(B, H, T, dk, dv);
+                    sp.gate = (linattn_gate)gate;
+                    sp.algo = LINATTN_ALGO_RECURRENT;
+                    sp.with_state = state;
+                    sp.normalize = (int)(sh % 2);
+                    problem p;
+                    problem_make(&p, &sp);
+                    p.cfg.num_threads = threads;
+                    const size_t no = (size_t)(B * H * T * dv), ns = (size_t)(B * H * dk * dv);
+                    const size_t nz = (size_t)(B * H * dk);
+                    float *o1 = malloc(no * sizeof(float)), *s1 = malloc(ns * sizeof(float));
+                    float *z1 = malloc(nz * sizeof(float));
+                    la_force_table_tuning(table, &never, NULL);
+                    ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+                    memcpy(o1, p.o, no * sizeof(float));
+                    if (state) {
+                        memcpy(s1, p.s, ns * sizeof(float));
+                        memcpy(z1, p.z, nz * sizeof(float));
+                        memcpy(p.s, p.s_init, ns * sizeof(float));
+                        memcpy(p.z, p.z_init, nz * sizeof(float));
+                    }
+                    la_force_table_tuning(table, &always, NULL);
+                    ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+                    ck_assert_msg(memcmp(o1, p.o, no * sizeof(float)) == 0,
+                                  "o differs on the packed copy: %s", spec_name(&sp));
+                    ck_assert_msg(!state || memcmp(s1, p.s, ns * sizeof(float)) == 0,
+                                  "s differs on the packed copy: %s", spec_name(&sp));
+                    ck_assert_msg(!state || memcmp(z1, p.z, nz * sizeof(float)) == 0,
+                                  "z differs on the packed copy: %s", spec_name(&sp));
+                    ck_assert_msg(problem_error(&p) <= 1.0, "packed copy: %s", spec_name(&sp));
+                    free(o1);
+                    free(s1);
+                    free(z1);
+                    problem_free(&p);
+                }
+    la_force_table(table);
+}
+END_TEST
+
 /* qk_l2norm normalises the q and k rows of a block or chunk just before the
  * ops read them. A sequence of many blocks and chunks, fed in two calls that
  * carry the state (split inside a block), gives the same bits on 1, 2 and 3
@@ -614,6 +675,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, steps_against_oracle);
     tcase_add_test(oracle, chunked_matches_recurrent);
     tcase_add_test(oracle, threads_bitwise_equal);
+    tcase_add_test(oracle, packed_state_same_bits);
     tcase_add_test(oracle, l2norm_blocks_threads_and_calls);
     tcase_add_test(oracle, nan_propagates_only_forward);
     suite_add_tcase(s, oracle);

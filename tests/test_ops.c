@@ -696,8 +696,9 @@ START_TEST(tuning_entries)
             for (int f = 0; f < e; f++)
                 ck_assert_msg(t->tuning[f].uarch != u->uarch, "table %s: entries %d and %d "
                               "are for the same machine", t->name, f, e);
-            ck_assert_msg(u->delta_pack_from_T >= 1, "table %s entry %d: delta_pack_from_T "
-                          "below 1 (left out of the entry?)", t->name, e);
+            ck_assert_msg(u->delta_pack_from_T >= 1 && u->additive_pack_from_T >= 1,
+                          "table %s entry %d: a pack_from_T below 1 (left out of the entry?)",
+                          t->name, e);
             for (int g = 0; g < LA_GATES; g++) {
                 ck_assert_msg(u->additive_chunked_above_dk[g] >= 0 &&
                                   u->delta_chunked_above_dk[g] >= 0,

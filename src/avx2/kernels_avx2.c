@@ -218,6 +218,7 @@ static const la_tuning tuning_avx2[] = {
         .additive_chunk = {{30, 24, 24}, {30, 24, 24}},
         LA_DELTA_TUNING_ZEN4,
         .delta_pack_from_T = 32,
+        .additive_pack_from_T = LA_TUNE_NEVER,
     },
 };
 
@@ -904,6 +905,9 @@ static const la_additive_ops additive_avx2 = {
     .features = additive_features,
     .normaliser = additive_normaliser,
     .columns = additive_columns,
+    .packed_bytes = additive_packed_bytes,
+    .pack = additive_pack,
+    .unpack = additive_unpack,
     .token = token_avx2,
     .forward_noncausal = forward_noncausal_avx2,
 };

@@ -185,6 +185,7 @@ static const la_tuning tuning_avx512[] = {
         .additive_chunk = {{16, 16, 16}, {32, 32, 32}},
         LA_DELTA_TUNING_ZEN4,
         .delta_pack_from_T = LA_TUNE_NEVER,
+        .additive_pack_from_T = LA_TUNE_NEVER,
     },
     {
         .uarch = LA_UARCH_SAPPHIRE_RAPIDS,
@@ -192,6 +193,7 @@ static const la_tuning tuning_avx512[] = {
         .additive_chunk = {{16, 16, 16}, {32, 32, 32}},
         LA_DELTA_TUNING_ZEN4,
         .delta_pack_from_T = 32,
+        .additive_pack_from_T = LA_TUNE_NEVER,
     },
 };
 
@@ -878,6 +880,9 @@ static const la_additive_ops additive_avx512 = {
     .features = additive_features,
     .normaliser = additive_normaliser,
     .columns = additive_columns,
+    .packed_bytes = additive_packed_bytes,
+    .pack = additive_pack,
+    .unpack = additive_unpack,
     .token = token_avx512,
     .forward_noncausal = forward_noncausal_avx512,
 };

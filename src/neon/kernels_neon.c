@@ -155,6 +155,7 @@ static const la_tuning tuning_neon[] = {
         .additive_chunk = {{64, 64, 32}, {64, 64, 32}},
         LA_DELTA_TUNING_ZEN4,
         .delta_pack_from_T = LA_TUNE_NEVER,
+        .additive_pack_from_T = LA_TUNE_NEVER,
     },
 };
 
@@ -578,6 +579,9 @@ static const la_additive_ops additive_neon = {
     .features = additive_features,
     .normaliser = additive_normaliser,
     .columns = additive_columns,
+    .packed_bytes = additive_packed_bytes,
+    .pack = additive_pack,
+    .unpack = additive_unpack,
     .token = token_neon,
     .forward_noncausal = forward_noncausal_neon,
 };

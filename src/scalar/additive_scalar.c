@@ -258,6 +258,9 @@ const la_additive_ops la_additive_scalar = {
     .features = additive_features,
     .normaliser = additive_normaliser,
     .columns = additive_columns,
+    .packed_bytes = additive_packed_bytes,
+    .pack = additive_pack,
+    .unpack = additive_unpack,
     .token = token_scalar,
     .forward_noncausal = forward_noncausal_scalar,
 };

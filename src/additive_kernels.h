@@ -297,8 +297,10 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
         const int nv = (int)((width + LA_VW - 1) / LA_VW);
         const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
         /* the state where it lies, or its packed copy (pack.h) */
-        float *s = h->s_packed ? h->s + (jb - j0) * h->dk : h->s + jb, *o = op + jb;
-        const int64_t ld = h->s_packed ? ADD_TILE : h->dv;
+        float *s = h->s_packed ? la_packed_tile(h->s, h->dk, ADD_TILE, (jb - j0) / ADD_TILE)
+                               : h->s + jb;
+        float *o = op + jb;
+        const int64_t ld = h->s_packed ? la_packed_ld(ADD_TILE) : h->dv;
         const float *v = vp + jb;
         /* a constant nv per call site keeps the tile's v and o in registers;
          * whole tiles also get a constant last width (no masked accesses) */

@@ -78,6 +78,7 @@ typedef struct {
     int64_t s_vld;
     uint16_t *s16;
     int packed;
+    const float *next; /* s of the head worked on next (one-token calls) */
 } head_state;
 
 /* Tokens [0, T) of one value head (source src, state st) on columns
@@ -90,7 +91,8 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
     for (int64_t t0 = 0; t0 < src->T; t0 += a->block) {
         const int64_t n = src->T - t0 < a->block ? src->T - t0 : a->block;
         la_head h = {.dk = c->dk, .dv = c->dv, .s = st.s, .s_bf16 = st.s16, .s_vld = s_vld,
-                     .s_packed = st.packed, .scale = c->scale, .chunk = a->chunk};
+                     .s_packed = st.packed, .s_next = st.next, .scale = c->scale,
+                     .chunk = a->chunk};
         la_stage_in(kern->stage, src, t0, n, stage_buf, &h);
         if (s_vld)
             kern->delta->recurrent_vfirst(&h, j0, nj, kws);
@@ -152,12 +154,16 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
     }
     head_state st[MAX_MEMBERS];
     for (int64_t m = 0; m < nm; m++) {
-        st[m] = (head_state){state[m], 0, NULL, 0};
+        st[m] = (head_state){state[m], 0, NULL, 0, NULL};
         if (j->pack) {
             st[m] = (head_state){(float *)((unsigned char *)packed + j->pack_bytes * (size_t)m), 0,
-                                 NULL, 1};
+                                 NULL, 1, NULL};
             j->kern->delta->pack(state[m], c->dk, c->dv, j0, nj, st[m].s);
         }
+        /* a step sweeps each state from L2 after one read from memory:
+         * meanwhile the next member's comes in */
+        if (m > 0 && c->T == 1 && c->s && !j->pack)
+            st[m - 1].next = state[m];
     }
     /* block-major: the q/k panels of a block serve every member */
     for (int64_t t0 = 0; t0 < c->T; t0 += j->a.block) {
@@ -273,7 +279,7 @@ static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64
     float *copy = (float *)((unsigned char *)ws + sb);
     if (pb) {
         kern->delta->pack(st.s, c->dk, c->dv, j0, nj, copy);
-        head_tokens(kern, c, &a, &src, (head_state){copy, 0, NULL, 1}, j0, nj, ws,
+        head_tokens(kern, c, &a, &src, (head_state){copy, 0, NULL, 1, NULL}, j0, nj, ws,
                     (unsigned char *)ws + sb + pb);
         kern->delta->unpack(st.s, c->dk, c->dv, j0, nj, copy);
         return;
@@ -283,7 +289,7 @@ static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64
 
 void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){c->s, 0, NULL, 0}, ws);
+    head_run(kern, c, j0, nj, (head_state){c->s, 0, NULL, 0, NULL}, ws);
 }
 
 /* The same on a V-first state in place (value column j of the head at
@@ -297,7 +303,7 @@ int la_delta_head_recurrent(const la_kernels *kern, const la_call *c)
 void la_delta_head_run_vfirst(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                               float *s, int64_t ld, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){s, ld, NULL, 0}, ws);
+    head_run(kern, c, j0, nj, (head_state){s, ld, NULL, 0, NULL}, ws);
 }
 
 /* A one-token recurrent call on a K-first bfloat16 state in place (row i
@@ -311,5 +317,5 @@ int la_delta_head_bf16_in_place(const la_kernels *kern, const la_call *c)
 void la_delta_head_run_bf16(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                             uint16_t *s, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){NULL, 0, s, 0}, ws);
+    head_run(kern, c, j0, nj, (head_state){NULL, 0, s, 0, NULL}, ws);
 }

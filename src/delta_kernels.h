@@ -34,6 +34,12 @@
 #ifndef LA_DELTA_NV
 #define LA_DELTA_NV 4 /* vectors per tile */
 #endif
+/* 0: one-token sweeps do not prefetch la_head.s_next (a variant build, to
+ * measure) */
+#ifndef LA_DELTA_STEP_PREFETCH
+#define LA_DELTA_STEP_PREFETCH 1
+#endif
+
 /* Vectors per register tile on a packed copy of the state (pack below): a
  * table may take narrower tiles there, so that a tile of dk rows fits in L1. */
 #ifndef LA_DELTA_PACK_NV
@@ -147,6 +153,10 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
      * and kept two branches, a jump and a spilled accumulator in it. */
     const int64_t dk = h->dk, fs = DELTA_FEATURES * dkp;
     const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
+    /* the next state's rows, this tile's columns (see la_head.s_next) */
+    const float *next_s = LA_DELTA_STEP_PREFETCH && !bf16 && h->s_next
+                              ? h->s_next + ((const float *)s - h->s)
+                              : NULL;
     la_vf acc[LA_DELTA_NV], u[LA_DELTA_NV], out[LA_DELTA_NV];
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
 #define ST(p, x, y)                                                                               \
@@ -179,6 +189,9 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
         const la_vf av = gate == LA_GATE_CHANNEL ? vf_set1(a[c]) : at;                           \
         const la_vf nk = vf_set1(NEXT ? kn[c] : 0.0f);                                            \
         const int64_t sr = c * ld;                                                                \
+        if (!NEXT && next_s)                                                                      \
+            for (int e = 0; e < nv * LA_VW; e += 16)                                              \
+                __builtin_prefetch(next_s + sr + e, 0, 2);                                        \
         for (int x = 0; x < nv; x++) {                                                            \
             const la_vf old = SLD(sr, x);                                                         \
             const la_vf y = vf_fma(kv, u[x], gate == LA_GATE_NONE ? old : vf_mul(av, old));      \
@@ -296,8 +309,9 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
             if (h->s_bf16)
                 delta_tile_dispatch(h, h->s_bf16 + jb, h->dv, v, o, f, dkp, t0, n, nv, wl, 1);
             else if (h->s_packed)
-                delta_tile_dispatch(h, h->s + (jb - j0) * h->dk, DELTA_PACK_TILE, v, o, f, dkp,
-                                    t0, n, nv, wl, 0);
+                delta_tile_dispatch(h, la_packed_tile(h->s, h->dk, DELTA_PACK_TILE,
+                                                      (jb - j0) / DELTA_PACK_TILE),
+                                    la_packed_ld(DELTA_PACK_TILE), v, o, f, dkp, t0, n, nv, wl, 0);
             else
                 delta_tile_dispatch(h, h->s + jb, h->dv, v, o, f, dkp, t0, n, nv, wl, 0);
         }

@@ -35,6 +35,10 @@ typedef struct la_head {
     /* delta recurrent only: s is the kernels' packed copy of the columns
      * the call works on (la_delta_ops.pack) */
     int s_packed;
+    /* delta recurrent only, float K-first state: the state (same columns) the
+     * caller works on next, or NULL; a one-token sweep fetches its rows into
+     * L2 while it works on s from L2, so that memory is not idle then */
+    const float *s_next;
     float scale; /* finite */
     float eps;   /* additive: finite, >= 0 */
     linattn_phi phi; /* the stage has applied it (IDENTITY) when it made q/k panels */

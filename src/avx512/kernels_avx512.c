@@ -193,7 +193,7 @@ static const la_tuning tuning_avx512[] = {
         .additive_chunk = {{16, 16, 16}, {32, 32, 32}},
         LA_DELTA_TUNING_ZEN4,
         .delta_pack_from_T = 32,
-        .additive_pack_from_T = LA_TUNE_NEVER,
+        .additive_pack_from_T = 32,
     },
 };
 

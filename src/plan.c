@@ -117,6 +117,8 @@ static void state_load(const la_serve *sv, const la_stage_ops *st, int64_t slot,
     if (col == 1) {
         for (int64_t i = 0; i < dk; i++)
             st->load(t, la_at(src, t, i * row + j0), nj, W + i * dv + j0);
+    } else if (row == 1) { /* V-first: the table's tile transpose */
+        st->transpose_in(t, la_at(src, t, j0 * col), col, nj, dk, W + j0, dv);
     } else if (col > row) {
         TRANSPOSE_BLOCKS(W[i * dv + j] = state_get(t, src, j * col + i * row));
     } else {
@@ -138,6 +140,8 @@ static void state_store(const la_serve *sv, const la_stage_ops *st, int64_t slot
     if (col == 1) {
         for (int64_t i = 0; i < dk; i++)
             st->store(t, W + i * dv + j0, nj, (void *)la_at(dst, t, i * row + j0));
+    } else if (row == 1) {
+        st->transpose_out(t, W + j0, dv, dk, nj, (void *)la_at(dst, t, j0 * col), col);
     } else if (col > row) {
         TRANSPOSE_BLOCKS(state_put(t, dst, j * col + i * row, W[i * dv + j]));
     } else {

@@ -47,6 +47,17 @@ typedef struct la_stage_ops {
                  float a_exp, float lower_bound);
     /* b[i] = act(b[i]) in place */
     void (*beta)(linattn_beta_act act, float *b, int64_t n);
+    /* Transposes between a state pool and the kernels' float tile:
+     * y[c * ldy + r] = x[r * ldx + c] for r < rows, c < cols, x of type t
+     * (float32 or bfloat16, widened) into floats, or floats into y of type
+     * t (rounded to nearest even). A V-first state (value column j is a
+     * row of dk elements) against the K-first working copy: in register
+     * tiles of LA_VW x LA_VW, so both sides are read and written a vector
+     * at a time. Nothing outside the rows x cols elements is touched. */
+    void (*transpose_in)(linattn_dtype t, const void *x, int64_t ldx, int64_t rows, int64_t cols,
+                         float *y, int64_t ldy);
+    void (*transpose_out)(linattn_dtype t, const float *x, int64_t ldx, int64_t rows,
+                          int64_t cols, void *y, int64_t ldy);
 } la_stage_ops;
 
 /* One value head's operands as the caller gave them: pointers at (b, h)

@@ -196,12 +196,22 @@ LA_INLINE void stage_tile(const void *x, int64_t xo, int64_t ldx, int64_t nr, in
     }
 }
 
+/* in: the state comes from memory (a pool of many sequences is not in the
+ * cache), in rows too short for the hardware prefetchers to follow (dk =
+ * 128 floats: 8 lines), so the lines of the next panel are asked for, one
+ * per row each 64 bytes of columns, while this panel is transposed (Zen 3,
+ * dk = dv = 128: 8.5 -> 7.2 us per head, against 5 us to read it). */
 LA_INLINE void stage_transpose(const void *x, int64_t ldx, int64_t rows, int64_t cols, void *y,
                                int64_t ldy, int in, int bf16)
 {
+    const int64_t es = in && bf16 ? 2 : 4;
     for (int64_t rb = 0; rb < rows; rb += STAGE_TR_ROWS) {
         const int64_t re = rows - rb < STAGE_TR_ROWS ? rows : rb + STAGE_TR_ROWS;
-        for (int64_t c = 0; c < cols; c += LA_VW)
+        const int64_t ne = rows - re < STAGE_TR_ROWS ? rows : re + STAGE_TR_ROWS;
+        for (int64_t c = 0; c < cols; c += LA_VW) {
+            if (in && (c * es) % 64 < LA_VW * es)
+                for (int64_t r = re; r < ne; r++)
+                    __builtin_prefetch((const char *)x + (r * ldx + c) * es);
             for (int64_t r = rb; r < re; r += LA_VW) {
                 const int64_t xo = r * ldx + c, yo = c * ldy + r;
                 if (re - r >= LA_VW && cols - c >= LA_VW)
@@ -209,6 +219,7 @@ LA_INLINE void stage_transpose(const void *x, int64_t ldx, int64_t rows, int64_t
                 else
                     stage_tile(x, xo, ldx, re - r, cols - c, y, yo, ldy, in, bf16);
             }
+        }
     }
 }
 

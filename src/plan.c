@@ -242,7 +242,7 @@ static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
     const int in_place = f32 && wr >= 0 && sv->K == 0 && sv->s_col == 1 && sv->s_row == c->dv &&
                          (Wz == NULL || sv->z != NULL);
     /* A V-first pool of the delta family runs decode-length calls in place
-     * on the kernels' V-first recurrent form (a step: 1.02-1.07x the
+     * on the kernels' V-first recurrent form (a step: about 1.1x the
      * contiguous one, against 1.8x through the transposes, which read and
      * write the state once more in L2); longer ones are transposed onto
      * the K-first kernels, since the V-first form's per-token chain of dot

@@ -162,7 +162,9 @@ static void state_store(const la_serve *sv, const la_stage_ops *st, int64_t slot
  * serve-bench pool_prefill T (B = 16, H = 32, dk = dv = 128, one thread,
  * Zen 3, medians of 5 interleaved runs, ratio to the contiguous call): in
  * place 1.07 (T = 1), 1.39 (2), 1.59 (3), 1.72 (4), 2.0 (8), 2.35 (16);
- * transposed 1.84, 1.75, 1.55, 1.53, 1.25, 1.14. Equal at 3. */
+ * transposed 1.84, 1.75, 1.55, 1.53, 1.25, 1.14. Equal at 3; with the
+ * transposes' panel prefetch, a second sweep put in place ahead at 3
+ * (1.43 against 1.51) and behind at 4. */
 enum { VFIRST_MAX_T = 3 };
 
 /* A delta unit in place on a V-first pool: 1 when done, 0 when its call

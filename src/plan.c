@@ -101,9 +101,8 @@ static inline void state_put(linattn_dtype t, void *p, int64_t e, float x)
  * or zeros for slot < 0; with Wz, z too. Once per unit and call (and per
  * snapshot). A K-first pool is copied row by row, a V-first one
  * transposed in register tiles, anything else read along its smaller
- * stride. A bfloat16
- * state is widened here (and rounded to nearest even in state_store): the
- * kernels always work on float32. */
+ * stride. A bfloat16 state is widened here (and rounded to nearest even in
+ * state_store): the kernels always work on float32. */
 static void state_load(const la_serve *sv, const la_stage_ops *st, int64_t slot, int64_t h,
                        int64_t j0, int64_t nj, float *W, float *Wz)
 {

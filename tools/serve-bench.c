@@ -3,7 +3,10 @@
  *   pool_prefill / pool_decode  V-first pool with scattered slots (and a
  *        K-first scattered pool) against the contiguous K-first call
  *        (linattn_delta_forward / linattn_delta_step), B = 16, H = 32,
- *        dk = dv = 128 (--quick: tiny);
+ *        dk = dv = 128, T = 64 or the T given (--quick: tiny); the three
+ *        forms are timed in turn, rep after rep, and each ratio is the
+ *        median of the per-rep ratios (with quartiles), so that a shared
+ *        machine's drifts fall on both sides of it;
  *   varlen   8 packed sequences of 64..4096 tokens on 2 threads against 1;
  *   plan     a plan's units from a pthread pool (static ith/nth split, and a
  *        shared counter) against linattn_run on as many OpenMP threads.

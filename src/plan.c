@@ -71,9 +71,11 @@ static void head_run(const linattn_plan *p, const la_call *x, int64_t j0, int64_
         la_additive_head_run(p->kern, x, ws);
 }
 
-/* A V-first state against the K-first copy, in 16 x 16 blocks: a whole
- * column of the copy at once would touch dk lines dv floats apart, which
- * share L1 sets (measured 8.6x a decode step without blocking). */
+/* A state with neither unit stride (rare layouts) against the K-first
+ * copy, element by element in 16 x 16 blocks: a whole column of the copy
+ * at once would touch dk lines dv floats apart, which share L1 sets. A
+ * V-first pool (unit row stride) goes through the table's tile transpose
+ * instead (stage.h: transpose_in, transpose_out). */
 #define TRANSPOSE_BLOCKS(ASSIGN)                                                                  \
     for (int64_t jb = j0; jb < j0 + nj; jb += 16)                                                 \
         for (int64_t ib = 0; ib < dk; ib += 16)                                                   \
@@ -96,10 +98,11 @@ static inline void state_put(linattn_dtype t, void *p, int64_t e, float x)
 }
 
 /* Columns [j0, j0 + nj) of head h's state in `slot` into W (row stride dv),
- * or zeros for slot < 0; with Wz, z too. The loop order follows the pool's
- * smaller stride, so a V-first pool is read along its rows. A bfloat16
- * state is widened here (and rounded to nearest even in state_store): the
- * kernels always work on float32. */
+ * or zeros for slot < 0; with Wz, z too. Once per unit and call (and per
+ * snapshot). A K-first pool is copied row by row, a V-first one
+ * transposed in register tiles, anything else read along its smaller
+ * stride. A bfloat16 state is widened here (and rounded to nearest even in
+ * state_store): the kernels always work on float32. */
 static void state_load(const la_serve *sv, const la_stage_ops *st, int64_t slot, int64_t h,
                        int64_t j0, int64_t nj, float *W, float *Wz)
 {
@@ -117,6 +120,8 @@ static void state_load(const la_serve *sv, const la_stage_ops *st, int64_t slot,
     if (col == 1) {
         for (int64_t i = 0; i < dk; i++)
             st->load(t, la_at(src, t, i * row + j0), nj, W + i * dv + j0);
+    } else if (row == 1) { /* V-first: the table's tile transpose */
+        st->transpose_in(t, la_at(src, t, j0 * col), col, nj, dk, W + j0, dv);
     } else if (col > row) {
         TRANSPOSE_BLOCKS(W[i * dv + j] = state_get(t, src, j * col + i * row));
     } else {
@@ -138,6 +143,8 @@ static void state_store(const la_serve *sv, const la_stage_ops *st, int64_t slot
     if (col == 1) {
         for (int64_t i = 0; i < dk; i++)
             st->store(t, W + i * dv + j0, nj, (void *)la_at(dst, t, i * row + j0));
+    } else if (row == 1) {
+        st->transpose_out(t, W + j0, dv, dk, nj, (void *)la_at(dst, t, j0 * col), col);
     } else if (col > row) {
         TRANSPOSE_BLOCKS(state_put(t, dst, j * col + i * row, W[i * dv + j]));
     } else {
@@ -149,7 +156,15 @@ static void state_store(const la_serve *sv, const la_stage_ops *st, int64_t slot
         memcpy(la_serve_z(sv, slot, h), Wz, (size_t)zd * sizeof(float));
 }
 
-enum { VFIRST_MAX_T = 16 };
+/* Longest delta call on a V-first pool run in place on the V-first
+ * recurrent kernels; longer ones are transposed onto the K-first kernels.
+ * serve-bench pool_prefill T (B = 16, H = 32, dk = dv = 128, one thread,
+ * Zen 3, medians of 5 interleaved runs, ratio to the contiguous call): in
+ * place 1.07 (T = 1), 1.39 (2), 1.59 (3), 1.72 (4), 2.0 (8), 2.35 (16);
+ * transposed 1.84, 1.75, 1.55, 1.53, 1.25, 1.14. Equal at 3; with the
+ * transposes' panel prefetch, a second sweep put in place ahead at 3
+ * (1.43 against 1.51) and behind at 4. */
+enum { VFIRST_MAX_T = 3 };
 
 /* A delta unit in place on a V-first pool: 1 when done, 0 when its call
  * runs chunked (nothing touched yet). */
@@ -228,11 +243,12 @@ static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
     const int in_place = f32 && wr >= 0 && sv->K == 0 && sv->s_col == 1 && sv->s_row == c->dv &&
                          (Wz == NULL || sv->z != NULL);
     /* A V-first pool of the delta family runs decode-length calls in place
-     * on the kernels' V-first recurrent form (serve-bench, B = 16, H = 32,
-     * dk = dv = 128: 1.08x the contiguous step, against 7x through a
-     * copy); longer ones gather, since the V-first form's per-token chain
-     * of dot product, sum and update made a 64-token prefill 2.6x slower
-     * than the K-first kernels on a copy (1.07-1.25x). */
+     * on the kernels' V-first recurrent form (a step: about 1.1x the
+     * contiguous one, against 1.8x through the transposes, which read and
+     * write the state once more in L2); longer ones are transposed onto
+     * the K-first kernels, since the V-first form's per-token chain of dot
+     * product, horizontal sum and update costs more per token than the
+     * transposes cost per call (see VFIRST_MAX_T). */
     if (!in_place && f32 && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA && sv->s_row == 1 &&
         sv->s_col >= c->dk && len <= VFIRST_MAX_T && run_vfirst(p, n, h, rd, wr, len, j0, nj, kws))
         return;

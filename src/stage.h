@@ -14,9 +14,11 @@
  * value head reads the same q/k head and block, so with grouped heads they
  * are made once per q/k head.
  *
- * The vector work (conversions, phi, norms, activations) is each table's
- * la_stage_ops, written once in stage_kernels.h against the ISA
- * vocabulary; this file's la_stage_in/la_stage_out drive them.
+ * The vector work (conversions, phi, norms, activations, and the
+ * transposes that move a V-first state pool into and out of the plan's
+ * K-first working copy) is each table's la_stage_ops, written once in
+ * stage_kernels.h against the ISA vocabulary; this file's
+ * la_stage_in/la_stage_out drive the input side, plan.c the transposes.
  *
  * A new input type is a case in stage_kernels.h's load/store and four
  * vocabulary words; a new activation is a case in its gate or beta op and a
@@ -47,6 +49,17 @@ typedef struct la_stage_ops {
                  float a_exp, float lower_bound);
     /* b[i] = act(b[i]) in place */
     void (*beta)(linattn_beta_act act, float *b, int64_t n);
+    /* Transposes between a state pool and the kernels' float tile:
+     * y[c * ldy + r] = x[r * ldx + c] for r < rows, c < cols, x of type t
+     * (float32 or bfloat16, widened) into floats, or floats into y of type
+     * t (rounded to nearest even). A V-first state (value column j is a
+     * row of dk elements) against the K-first working copy: in register
+     * tiles of LA_VW x LA_VW, so both sides are read and written a vector
+     * at a time. Nothing outside the rows x cols elements is touched. */
+    void (*transpose_in)(linattn_dtype t, const void *x, int64_t ldx, int64_t rows, int64_t cols,
+                         float *y, int64_t ldy);
+    void (*transpose_out)(linattn_dtype t, const float *x, int64_t ldx, int64_t rows,
+                          int64_t cols, void *y, int64_t ldy);
 } la_stage_ops;
 
 /* One value head's operands as the caller gave them: pointers at (b, h)

@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "half.h"
 #include "harness.h"
 #include "table.h"
 #include "tolerance.h"
@@ -66,6 +67,13 @@ static float *guarded(arena *a, size_t n, int aligned64)
 static void *guarded_bytes(arena *a, size_t bytes)
 {
     return guarded(a, (bytes + sizeof(float) - 1) / sizeof(float), 1);
+}
+
+/* bytes ending exactly at a PROT_NONE page, at any alignment */
+static void *guarded_end(arena *a, size_t bytes)
+{
+    const size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
+    return (unsigned char *)guarded(a, n, 0) + (n * sizeof(float) - bytes);
 }
 
 static void arena_free(arena *a)
@@ -309,7 +317,7 @@ static void compare_additive(const la_table *t, const add_case *c, const add_buf
 
 typedef struct {
     const la_table *t;
-    op_stat add[N_ADD_OPS], delta[3], size;
+    op_stat add[N_ADD_OPS], delta[3], size, transpose[2];
 } table_run;
 
 static table_run runs[16];
@@ -581,6 +589,123 @@ static void delta_all(void)
             }
 }
 
+/* ---- the stage's transposes (V-first pool <-> K-first tile) ------------------- */
+
+static uint32_t rand_bits32(void)
+{
+    const uint32_t a = (uint32_t)rand_uniform(0.0f, 65536.0f) & 0xffffu;
+    return a << 16 | ((uint32_t)rand_uniform(0.0f, 65536.0f) & 0xffffu);
+}
+
+/* Floats for a transpose: any bit pattern (NaN, infinities, subnormals,
+ * -0), bfloat16 ties, ordinary values. */
+static float transpose_value(int64_t i)
+{
+    const uint32_t r = rand_bits32();
+    switch (i % 4) {
+    case 0: return la_bits_f32(r);
+    case 1: return la_bits_f32((r & 0xffff0000u) | 0x8000u);
+    default: return rand_uniform(-2.0f, 2.0f);
+    }
+}
+
+/* Element e of a buffer of type t (bfloat16 or float) as its bits. */
+static uint32_t bits_at(linattn_dtype t, const void *p, int64_t e)
+{
+    return t == LINATTN_BF16 ? ((const uint16_t *)p)[e] : la_f32_bits(((const float *)p)[e]);
+}
+
+/* Every table's transpose_in and transpose_out against their definition,
+ * y[c * ldy + r] = x[r * ldx + c], bitwise (moves, exact widening and
+ * half.h's rounding to nearest even, NaN included): rows and columns
+ * around every vector width, rows padded (ldx > cols, ldy > rows) or not,
+ * starts at odd elements, float32 and bfloat16. x ends at a guard page and
+ * y's elements outside the rows x cols block (its row padding included)
+ * must keep their marker. */
+static void transpose_all(void)
+{
+    static const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 129};
+    enum { NS = sizeof sizes / sizeof sizes[0] };
+    for (int ir = 0; ir < NS; ir += dim_step)
+        for (int ic = 0; ic < NS; ic += dim_step)
+            for (int variant = 0; variant < 8; variant++) {
+                const int64_t rows = sizes[ir], cols = sizes[ic];
+                const int pad = variant & 1, out = (variant >> 1) & 1, bf = variant >> 2;
+                const linattn_dtype t = bf ? LINATTN_BF16 : LINATTN_F32;
+                /* in: x is the state (type t), y the float tile; out: reverse */
+                const size_t xes = out || !bf ? sizeof(float) : 2;
+                const size_t yes = out && bf ? 2 : sizeof(float);
+                const int64_t ldx = cols + (pad ? 3 : 0), ldy = rows + (pad ? 5 : 0);
+                const int64_t nx = (rows - 1) * ldx + cols, ny = (cols - 1) * ldy + rows;
+                arena mem = {0};
+                /* x and y end at their guard pages, so their starts
+                 * (and rows) are mostly unaligned */
+                void *x = guarded_end(&mem, (size_t)nx * xes);
+                for (int64_t e = 0; e < nx; e++) {
+                    const float v = transpose_value(e);
+                    if (xes == 2)
+                        ((uint16_t *)x)[e] = (uint16_t)(la_f32_bits(v) >> 16);
+                    else
+                        ((float *)x)[e] = v;
+                }
+                void *want = guarded_bytes(&mem, (size_t)ny * yes);
+                const linattn_dtype yt = out ? t : LINATTN_F32;
+                for (int64_t e = 0; e < ny; e++) { /* markers */
+                    if (yes == 2)
+                        ((uint16_t *)want)[e] = 0xabcd;
+                    else
+                        ((float *)want)[e] = UNTOUCHED;
+                }
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t c = 0; c < cols; c++) {
+                        const int64_t xe = r * ldx + c, ye = c * ldy + r;
+                        if (!out)
+                            ((float *)want)[ye] = bf ? la_bf16_to_f32(((uint16_t *)x)[xe])
+                                                     : ((float *)x)[xe];
+                        else if (bf)
+                            ((uint16_t *)want)[ye] = la_f32_to_bf16(((float *)x)[xe]);
+                        else
+                            ((float *)want)[ye] = ((float *)x)[xe];
+                    }
+                void *y = guarded_end(&mem, (size_t)ny * yes);
+                char shape[160];
+                snprintf(shape, sizeof shape, "%s %s rows=%lld cols=%lld ldx=%lld ldy=%lld",
+                         out ? "out" : "in", bf ? "bf16" : "f32", (long long)rows,
+                         (long long)cols, (long long)ldx, (long long)ldy);
+                for (int ri = 0; ri < nruns; ri++) {
+                    const la_table *tb = runs[ri].t;
+                    op_stat *st = &runs[ri].transpose[out];
+                    if (!tb->stage)
+                        continue;
+                    snprintf(current, sizeof current, "%s stage transpose_%s", tb->name, shape);
+                    memcpy(y, want, (size_t)ny * yes);
+                    for (int64_t r = 0; r < rows; r++) /* a stale tile must be overwritten */
+                        for (int64_t c = 0; c < cols; c++) {
+                            if (yes == 2)
+                                ((uint16_t *)y)[c * ldy + r] = 0x1234;
+                            else
+                                ((float *)y)[c * ldy + r] = -1.0f;
+                        }
+                    if (out)
+                        tb->stage->transpose_out(t, x, ldx, rows, cols, y, ldy);
+                    else
+                        tb->stage->transpose_in(t, x, ldx, rows, cols, y, ldy);
+                    st->cases++;
+                    for (int64_t e = 0; e < ny; e++)
+                        if (bits_at(yt, y, e) != bits_at(yt, want, e)) {
+                            if (st->failed++ < MAX_REPORTS)
+                                printf("FAIL %s %s, %s: element %lld (row %lld, column %lld of "
+                                       "y) is 0x%x, want 0x%x\n",
+                                       tb->name, st->op, shape, (long long)e,
+                                       (long long)(e / ldy), (long long)(e % ldy),
+                                       (unsigned)bits_at(yt, y, e), (unsigned)bits_at(yt, want, e));
+                            break;
+                        }
+                }
+                arena_free(&mem);
+            }
+}
+
 /* ---- size functions never wrap ---------------------------------------------- */
 
 /* Byte counts from the size ops: monotone in every argument and at least
@@ -644,11 +769,14 @@ START_TEST(every_op_of_every_table)
         run->delta[0] = (op_stat){"delta recurrent", 0, 0, 0};
         run->delta[1] = (op_stat){"delta chunked", 0, 0, 0};
         run->delta[2] = (op_stat){"delta recurrent_vfirst", 0, 0, 0};
+        run->transpose[0] = (op_stat){"stage transpose_in", 0, 0, 0};
+        run->transpose[1] = (op_stat){"stage transpose_out", 0, 0, 0};
         snprintf(current, sizeof current, "%s size ops", run->t->name);
         size_ops(run->t, &run->size);
     }
     additive_all();
     delta_all();
+    transpose_all();
 
     long failed = 0;
     for (int r = 0; r < nruns; r++) {
@@ -667,8 +795,9 @@ START_TEST(every_op_of_every_table)
         else
             printf("%-12s delta ops: not provided (the registry resolves a lower table's)\n",
                    t->name);
+        report(t, run->transpose, 2);
         failed += run->size.failed + run->delta[0].failed + run->delta[1].failed +
-                  run->delta[2].failed;
+                  run->delta[2].failed + run->transpose[0].failed + run->transpose[1].failed;
         for (int i = 0; i < N_ADD_OPS; i++)
             failed += run->add[i].failed;
     }

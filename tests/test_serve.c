@@ -373,6 +373,135 @@ START_TEST(packed_without_state)
 }
 END_TEST
 
+/* ---- V-first pools against K-first ones ---------------------------------- */
+
+/* Longest delta call the plan runs in place on the V-first recurrent
+ * kernels (plan.c, VFIRST_MAX_T); longer ones, and every bfloat16 state,
+ * go through the tile transpose onto the K-first kernels: the same
+ * arithmetic as a K-first pool, so the same bits. */
+enum { VFIRST_IN_PLACE_MAX_T = 3 };
+
+static uint32_t elem_bits(int bf16, const void *p, int64_t e)
+{
+    if (bf16)
+        return ((const uint16_t *)p)[e];
+    uint32_t u;
+    memcpy(&u, (const float *)p + e, sizeof u);
+    return u;
+}
+
+static float elem_value(int bf16, const void *p, int64_t e)
+{
+    if (!bf16)
+        return ((const float *)p)[e];
+    const uint32_t u = (uint32_t)((const uint16_t *)p)[e] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* A delta prefill of T tokens per sequence on a V-first pool (rows padded:
+ * col = dk + 3, the padding holding a marker) against the same call on a
+ * K-first pool with the same contents: moved, zero-start and in-place
+ * slots, odd dk, dv over two register tiles. o and every slot bitwise
+ * where both run the K-first kernels (the V-first call on 2 threads, the
+ * K-first on 1), else to rounding; the padding and unnamed slots kept.
+ * _i: T index, bit 3 a bfloat16 pool. */
+START_TEST(vfirst_prefill_matches_kfirst)
+{
+    static const int64_t Ts[6] = {1, 15, 16, 17, 64, 200};
+    const int64_t T = Ts[_i & 7];
+    const int bf16 = _i >> 3 & 1;
+    const int64_t B = 3, H = 2, dk = 13, dv = 40, slots = 7, col = dk + 3;
+    const int32_t rd[3] = {5, -1, 2}, wr[3] = {1, 4, 2};
+    const size_t es = bf16 ? 2 : 4, tok = (size_t)(B * T * H);
+    const size_t head_k = (size_t)(dk * dv), head_v = (size_t)(dv * col);
+    float *q = floats(tok * (size_t)dk, -1, 1), *k = floats(tok * (size_t)dk, -1, 1);
+    float *v = floats(tok * (size_t)dv, -1, 1), *g = floats(tok, -0.7f, 0);
+    float *beta = floats(tok, 0, 1);
+    float *o_k = floats(tok * (size_t)dv, 0, 0), *o_v = floats(tok * (size_t)dv, 0, 0);
+    unsigned char *sk = malloc((size_t)(slots * H) * head_k * es);
+    unsigned char *sv = malloc((size_t)(slots * H) * head_v * es);
+    unsigned char *sv0 = malloc((size_t)(slots * H) * head_v * es);
+    for (int64_t sh = 0; sh < slots * H; sh++)
+        for (int64_t j = 0; j < dv; j++)
+            for (int64_t i = 0; i < col; i++) {
+                const float x = i < dk ? rand_uniform(-0.3f, 0.3f) : 1234.5f; /* padding */
+                const int64_t ev = (int64_t)head_v * sh + j * col + i;
+                const int64_t ek = (int64_t)head_k * sh + i * dv + j;
+                if (bf16) {
+                    uint32_t u;
+                    memcpy(&u, &x, sizeof u);
+                    ((uint16_t *)sv)[ev] = (uint16_t)(u >> 16);
+                    if (i < dk)
+                        ((uint16_t *)sk)[ek] = (uint16_t)(u >> 16);
+                } else {
+                    ((float *)sv)[ev] = x;
+                    if (i < dk)
+                        ((float *)sk)[ek] = x;
+                }
+            }
+    memcpy(sv0, sv, (size_t)(slots * H) * head_v * es);
+    linattn_config cfg;
+    linattn_config_init(&cfg, B, H, T, dk, dv);
+    linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+    cfg.normalize = 0, cfg.qk_l2norm = 1;
+    cfg.dtype.s = bf16 ? LINATTN_BF16 : LINATTN_F32;
+    linattn_state_pool pk = {.slots = slots, .slot = H * dk * dv, .head = dk * dv, .row = dv,
+                             .col = 1, .read_slots = rd, .write_slots = wr};
+    linattn_state_pool pv = pk;
+    pv.slot = H * dv * col, pv.head = dv * col, pv.row = 1, pv.col = col;
+    linattn_operands ops;
+    linattn_operands_init(&ops);
+    ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = beta;
+    ops.o = o_k, ops.s = sk, ops.pool = &pk;
+    cfg.num_threads = 1;
+    ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK, "K-first: %s",
+                  linattn_last_error());
+    ops.o = o_v, ops.s = sv, ops.pool = &pv;
+    cfg.num_threads = 2;
+    ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK, "V-first: %s",
+                  linattn_last_error());
+    const int bitwise = bf16 || T > VFIRST_IN_PLACE_MAX_T;
+    double eo = 0, es_max = 0;
+    for (size_t e = 0; e < tok * (size_t)dv; e++) {
+        if (bitwise)
+            ck_assert_msg(memcmp(&o_v[e], &o_k[e], sizeof(float)) == 0,
+                          "%s T = %lld: o[%zu] = %a, K-first %a", bf16 ? "bf16" : "f32",
+                          (long long)T, e, (double)o_v[e], (double)o_k[e]);
+        const double d = fabs((double)o_v[e] - o_k[e]) / fmax(1.0, fabs((double)o_k[e]));
+        eo = d > eo || d != d ? d : eo;
+    }
+    for (int64_t sh = 0; sh < slots * H; sh++)
+        for (int64_t j = 0; j < dv; j++)
+            for (int64_t i = 0; i < col; i++) {
+                const int64_t ev = (int64_t)head_v * sh + j * col + i;
+                const int64_t ek = (int64_t)head_k * sh + i * dv + j;
+                if (i >= dk) {
+                    ck_assert_msg(elem_bits(bf16, sv, ev) == elem_bits(bf16, sv0, ev),
+                                  "T = %lld: padding of slot %lld column %lld written",
+                                  (long long)T, (long long)(sh / H), (long long)j);
+                    continue;
+                }
+                if (bitwise)
+                    ck_assert_msg(elem_bits(bf16, sv, ev) == elem_bits(bf16, sk, ek),
+                                  "%s T = %lld: slot %lld head %lld (%lld, %lld) is 0x%x, "
+                                  "K-first 0x%x",
+                                  bf16 ? "bf16" : "f32", (long long)T, (long long)(sh / H),
+                                  (long long)(sh % H), (long long)i, (long long)j,
+                                  (unsigned)elem_bits(bf16, sv, ev),
+                                  (unsigned)elem_bits(bf16, sk, ek));
+                const double a = elem_value(bf16, sv, ev), b = elem_value(bf16, sk, ek);
+                const double d = fabs(a - b) / fmax(1.0, fabs(b));
+                es_max = d > es_max || d != d ? d : es_max;
+            }
+    ck_assert_msg(eo < 1e-5 && es_max < 1e-5, "T = %lld: o differs by %g, the pool by %g",
+                  (long long)T, eo, es_max);
+    free(q), free(k), free(v), free(g), free(beta), free(o_k), free(o_v);
+    free(sk), free(sv), free(sv0);
+}
+END_TEST
+
 /* ---- host threads: plan units from a pthread pool in shuffled ranges --- */
 
 typedef struct {
@@ -609,6 +738,8 @@ static Suite *serve_suite(void)
     tcase_add_loop_test(pool, snapshots_match_stepping, 0, 4);
     tcase_add_test(pool, spec_decode_form);
     tcase_add_loop_test(pool, packed_without_state, 0, 2);
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        tcase_add_loop_test(pool, vfirst_prefill_matches_kfirst, 8 * bf16, 8 * bf16 + 6);
     suite_add_tcase(s, pool);
     TCase *plans = tcase_create("plans");
     tcase_set_timeout(plans, 120);

@@ -3,11 +3,16 @@
  *   pool_prefill / pool_decode  V-first pool with scattered slots (and a
  *        K-first scattered pool) against the contiguous K-first call
  *        (linattn_delta_forward / linattn_delta_step), B = 16, H = 32,
- *        dk = dv = 128 (--quick: tiny);
+ *        dk = dv = 128, T = 64 or the T given (--quick: tiny); the three
+ *        forms are timed in turn, rep after rep, and each ratio is the
+ *        median of the per-rep ratios (with quartiles), so that a shared
+ *        machine's drifts fall on both sides of it;
  *   varlen   8 packed sequences of 64..4096 tokens on 2 threads against 1;
  *   plan     a plan's units from a pthread pool (static ith/nth split, and a
  *        shared counter) against linattn_run on as many OpenMP threads.
- * Times are medians of repeated calls (CLOCK_MONOTONIC). */
+ * pool_*_bf16: the same with a bfloat16 state, against the contiguous
+ * bfloat16 call through linattn_run. Times are medians of repeated calls
+ * (CLOCK_MONOTONIC). */
 #include <linattn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -65,12 +70,42 @@ static void die(const char *what)
 
 /* ---- a delta-rule call in its forms ------------------------------------- */
 
+/* The forms fns[0..nf) of one call timed in turn, rep after rep, so that
+ * the drifts of a shared machine fall on all of them alike: med[f] the
+ * median seconds of form f, and ratio[f][0..3) the first quartile, median
+ * and third quartile of its per-rep ratios to form 0. */
+static void timed_together(bench_fn *fns, void *ctx, int nf, int reps, double *med,
+                           double (*ratio)[3])
+{
+    double t[4][64], r[64];
+    reps = reps > 64 ? 64 : reps;
+    for (int f = 0; f < nf; f++)
+        fns[f](ctx);
+    for (int i = 0; i < reps; i++)
+        for (int f = 0; f < nf; f++) {
+            const double t0 = now();
+            fns[f](ctx);
+            t[f][i] = now() - t0;
+        }
+    for (int f = nf - 1; f >= 0; f--) {
+        for (int i = 0; i < reps; i++)
+            r[i] = t[f][i] / t[0][i];
+        qsort(r, (size_t)reps, sizeof r[0], cmp_d);
+        ratio[f][0] = r[reps / 4], ratio[f][1] = r[reps / 2], ratio[f][2] = r[reps - 1 - reps / 4];
+        qsort(t[f], (size_t)reps, sizeof t[f][0], cmp_d);
+        med[f] = t[f][reps / 2];
+    }
+}
+
 typedef struct {
     linattn_config cfg;
     linattn_op op;
     linattn_operands ops; /* pool form */
-    linattn_state_pool pool;
-    float *q, *k, *v, *g, *beta, *o, *s_contig, *s_pool;
+    linattn_operands cops; /* contiguous form through linattn_run (a bfloat16 state) */
+    int bf16;
+    linattn_state_pool pool, layouts[2]; /* K-first, V-first */
+    float *q, *k, *v, *g, *beta, *o;
+    void *s_contig, *s_pool; /* float32, or bfloat16 with bf16 */
     int32_t slots[64];
 } call;
 
@@ -78,7 +113,8 @@ static void run_contig(void *p)
 {
     call *c = p;
     const linattn_status st =
-        c->op == LINATTN_OP_DELTA_STEP
+        c->bf16                         ? linattn_run(c->op, &c->cfg, &c->cops)
+        : c->op == LINATTN_OP_DELTA_STEP
             ? linattn_delta_step(&c->cfg, c->q, c->k, c->v, c->g, c->beta, c->o, c->s_contig)
             : linattn_delta_forward(&c->cfg, c->q, c->k, c->v, c->g, c->beta, c->o, c->s_contig);
     if (st != LINATTN_OK)
@@ -92,8 +128,38 @@ static void run_pool(void *p)
         die("pool call");
 }
 
-static void pool_case(const char *name, int step, int64_t B, int64_t H, int64_t T, int64_t D,
-                      int threads, int reps)
+static void run_pool_kfirst(void *p)
+{
+    call *c = p;
+    c->pool = c->layouts[0];
+    run_pool(c);
+}
+
+static void run_pool_vfirst(void *p)
+{
+    call *c = p;
+    c->pool = c->layouts[1];
+    run_pool(c);
+}
+
+/* n random bfloat16 values in [lo, hi) (rounded floats) */
+static uint16_t *rand_bf16(size_t n, float lo, float hi, unsigned *seed)
+{
+    float *x = randf(n, lo, hi, seed);
+    uint16_t *h = aligned_alloc(64, (n * sizeof *h + 63) / 64 * 64);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        h[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    free(x);
+    return h;
+}
+
+/* bf16: the state (contiguous and pools) in bfloat16, the baseline the
+ * contiguous call through linattn_run */
+static void pool_case(const char *name, int step, int bf16, int64_t B, int64_t H, int64_t T,
+                      int64_t D, int threads, int reps)
 {
     unsigned seed = 11;
     call c;
@@ -111,26 +177,38 @@ static void pool_case(const char *name, int step, int64_t B, int64_t H, int64_t 
     c.v = randf(nt * D, -1, 1, &seed), c.o = randf(nt * D, 0, 0, &seed);
     c.g = randf(nt, -0.3f, 0, &seed), c.beta = randf(nt, 0, 1, &seed);
     const int64_t slots = 2 * B + 3;
-    c.s_contig = randf(state * B, -0.1f, 0.1f, &seed);
-    c.s_pool = randf(state * slots, -0.1f, 0.1f, &seed);
+    c.bf16 = bf16;
+    if (bf16) {
+        c.cfg.dtype.s = LINATTN_BF16;
+        c.s_contig = rand_bf16(state * B, -0.1f, 0.1f, &seed);
+        c.s_pool = rand_bf16(state * slots, -0.1f, 0.1f, &seed);
+    } else {
+        c.s_contig = randf(state * B, -0.1f, 0.1f, &seed);
+        c.s_pool = randf(state * slots, -0.1f, 0.1f, &seed);
+    }
     for (int64_t b = 0; b < B; b++) /* scattered: every other slot, reversed */
         c.slots[b] = (int32_t)(slots - 1 - 2 * b);
     linattn_operands_init(&c.ops);
     c.ops.q = c.q, c.ops.k = c.k, c.ops.v = c.v, c.ops.g = c.g, c.ops.beta = c.beta;
     c.ops.o = c.o, c.ops.s = c.s_pool, c.ops.pool = &c.pool;
-    const double t_contig = timed(run_contig, &c, reps);
-    double t[2];
-    for (int vfirst = 0; vfirst < 2; vfirst++) {
-        c.pool = (linattn_state_pool){.slots = slots, .slot = H * D * D, .head = D * D,
-                                      .row = vfirst ? 1 : D, .col = vfirst ? D : 1,
-                                      .read_slots = c.slots};
-        t[vfirst] = timed(run_pool, &c, reps);
-    }
-    printf("{\"case\": \"%s\", \"B\": %lld, \"H\": %lld, \"T\": %lld, \"dk\": %lld, "
-           "\"threads\": %d, \"us_contiguous\": %.2f, \"us_pool_kfirst\": %.2f, "
-           "\"us_pool_vfirst\": %.2f, \"ratio_kfirst\": %.3f, \"ratio_vfirst\": %.3f}\n",
-           name, (long long)B, (long long)H, (long long)Te, (long long)D, threads,
-           1e6 * t_contig, 1e6 * t[0], 1e6 * t[1], t[0] / t_contig, t[1] / t_contig);
+    c.cops = c.ops;
+    c.cops.s = c.s_contig, c.cops.pool = NULL;
+    for (int vfirst = 0; vfirst < 2; vfirst++)
+        c.layouts[vfirst] = (linattn_state_pool){.slots = slots, .slot = H * D * D, .head = D * D,
+                                                 .row = vfirst ? 1 : D, .col = vfirst ? D : 1,
+                                                 .read_slots = c.slots};
+    bench_fn fns[3] = {run_contig, run_pool_kfirst, run_pool_vfirst};
+    double t[3], r[3][3];
+    timed_together(fns, &c, 3, reps, t, r);
+    /* ratio_*: the median of per-rep ratios (each form timed right after
+     * the contiguous call); *_q: its first and third quartiles */
+    printf("{\"case\": \"%s\", \"state\": \"%s\", \"B\": %lld, \"H\": %lld, \"T\": %lld, \"dk\": %lld, "
+           "\"threads\": %d, \"reps\": %d, \"us_contiguous\": %.2f, \"us_pool_kfirst\": %.2f, "
+           "\"us_pool_vfirst\": %.2f, \"ratio_kfirst\": %.3f, \"ratio_vfirst\": %.3f, "
+           "\"ratio_kfirst_q\": [%.3f, %.3f], \"ratio_vfirst_q\": [%.3f, %.3f]}\n",
+           name, bf16 ? "bf16" : "f32", (long long)B, (long long)H, (long long)Te, (long long)D, threads, reps,
+           1e6 * t[0], 1e6 * t[1], 1e6 * t[2], r[1][1], r[2][1], r[1][0], r[1][2], r[2][0],
+           r[2][2]);
     free(c.q), free(c.k), free(c.v), free(c.o), free(c.g), free(c.beta), free(c.s_contig),
         free(c.s_pool);
 }
@@ -256,21 +334,40 @@ static void varlen_cases(int64_t H, int64_t D, int quick, int reps)
 
 int main(int argc, char **argv)
 {
-    /* --quick: tiny shapes; a case name (pool_prefill, pool_decode,
-     * varlen): that case alone */
+    /* --quick: tiny shapes; a case name (pool_prefill, pool_decode, their
+     * _bf16 forms, varlen): that case alone; pool_prefill[_bf16] T: with T
+     * tokens */
+    if (argc > 1 && strcmp(argv[1], "--help") == 0) {
+        printf("usage: linattn-serve-bench [--quick | pool_prefill [T] | pool_decode |\n"
+               "       pool_prefill_bf16 [T] | pool_decode_bf16 | varlen]\n"
+               "One JSON object per case: times (medians) and ratios to the baseline\n"
+               "measured in the same run (see tools/serve-bench.c).\n");
+        return 0;
+    }
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     const char *only = argc > 1 && !quick ? argv[1] : NULL;
     const int reps = quick ? 3 : 9;
+    const long prefill_t = argc > 2 ? strtol(argv[2], NULL, 10) : 64;
+    if (prefill_t < 1 || prefill_t > 4096) {
+        fprintf(stderr, "linattn-serve-bench: T must be 1..4096\n");
+        return 2;
+    }
 #define WANT(name) (only == NULL || strcmp(only, name) == 0)
     if (quick) {
-        pool_case("pool_prefill", 0, 4, 4, 40, 16, 1, reps);
-        pool_case("pool_decode", 1, 4, 4, 1, 16, 1, reps);
+        pool_case("pool_prefill", 0, 0, 4, 4, 40, 16, 1, reps);
+        pool_case("pool_decode", 1, 0, 4, 4, 1, 16, 1, reps);
+        pool_case("pool_prefill_bf16", 0, 1, 4, 4, 40, 16, 1, reps);
         varlen_cases(2, 16, 1, reps);
     } else {
         if (WANT("pool_prefill"))
-            pool_case("pool_prefill", 0, 16, 32, 64, 128, 1, reps);
+            pool_case("pool_prefill", 0, 0, 16, 32, prefill_t, 128, 1, prefill_t < 64 ? 31 : 15);
+        if (WANT("pool_prefill_bf16"))
+            pool_case("pool_prefill_bf16", 0, 1, 16, 32, prefill_t, 128, 1,
+                      prefill_t < 64 ? 31 : 15);
         if (WANT("pool_decode"))
-            pool_case("pool_decode", 1, 16, 32, 1, 128, 1, 31);
+            pool_case("pool_decode", 1, 0, 16, 32, 1, 128, 1, 31);
+        if (WANT("pool_decode_bf16"))
+            pool_case("pool_decode_bf16", 1, 1, 16, 32, 1, 128, 1, 31);
         if (WANT("varlen"))
             varlen_cases(4, 128, 0, reps);
     }

@@ -166,4 +166,26 @@ LA_INLINE la_vf vf_softplus(la_vf x)
     return _mm256_add_ps(_mm256_max_ps(x, _mm256_setzero_ps()), Sleef_log1pf8_u10avx2(e));
 }
 
+/* r[i] lane j becomes r[j] lane i (8 x 8): pairs interleaved, then 4 x 4
+ * blocks within 128-bit lanes, then the 128-bit halves exchanged (24
+ * shuffles a tile). */
+LA_INLINE void vf_transpose(la_vf r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int m = 0; m < 4; m++) {
+        r[m] = _mm256_permute2f128_ps(u[m], u[m + 4], 0x20);
+        r[m + 4] = _mm256_permute2f128_ps(u[m], u[m + 4], 0x31);
+    }
+}
+
 #endif

@@ -263,4 +263,38 @@ LA_INLINE la_vf vf_softplus(la_vf x)
     return _mm512_add_ps(_mm512_max_ps(x, _mm512_setzero_ps()), la_log1p(e));
 }
 
+#ifdef LA_AVX512_SIMDE
+#define la_shuffle_f32x4 simde_mm512_shuffle_f32x4 /* SIMDe 0.7.4: no native alias */
+#else
+#define la_shuffle_f32x4 _mm512_shuffle_f32x4
+#endif
+
+/* r[i] lane j becomes r[j] lane i (16 x 16): pairs interleaved and 4 x 4
+ * blocks within 128-bit lanes (as on AVX2), then two rounds of 128-bit lane
+ * shuffles (64 shuffles a tile). */
+LA_INLINE void vf_transpose(la_vf r[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    /* u[4b + m] lane L: rows 4b..4b+3 of column 4L + m */
+    for (int b = 0; b < 16; b += 8)
+        for (int m = 0; m < 4; m++) {
+            t[b + m] = la_shuffle_f32x4(u[b + m], u[b + m + 4], 0x88);
+            t[b + m + 4] = la_shuffle_f32x4(u[b + m], u[b + m + 4], 0xDD);
+        }
+    for (int m = 0; m < 8; m++) {
+        r[m] = la_shuffle_f32x4(t[m], t[m + 8], 0x88);
+        r[m + 8] = la_shuffle_f32x4(t[m], t[m + 8], 0xDD);
+    }
+}
+
 #endif /* LINATTN_SIMD512_H */

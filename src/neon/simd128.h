@@ -168,4 +168,15 @@ LA_INLINE la_vf vf_softplus(la_vf x)
     return vaddq_f32(vmaxq_f32(x, vdupq_n_f32(0.0f)), Sleef_log1pf4_u10advsimd(e));
 }
 
+/* r[i] lane j becomes r[j] lane i (4 x 4): TRN1/TRN2 on pairs, then the
+ * 64-bit halves recombined. */
+LA_INLINE void vf_transpose(la_vf r[4])
+{
+    const float32x4x2_t a = vtrnq_f32(r[0], r[1]), b = vtrnq_f32(r[2], r[3]);
+    r[0] = vcombine_f32(vget_low_f32(a.val[0]), vget_low_f32(b.val[0]));
+    r[1] = vcombine_f32(vget_low_f32(a.val[1]), vget_low_f32(b.val[1]));
+    r[2] = vcombine_f32(vget_high_f32(a.val[0]), vget_high_f32(b.val[0]));
+    r[3] = vcombine_f32(vget_high_f32(a.val[1]), vget_high_f32(b.val[1]));
+}
+
 #endif

@@ -62,4 +62,7 @@ LA_INLINE la_vf vf_sigmoid(la_vf x)
 }
 LA_INLINE la_vf vf_softplus(la_vf x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
 
+/* A 1 x 1 tile is its own transpose. */
+LA_INLINE void vf_transpose(la_vf r[1]) { (void)r; }
+
 #endif

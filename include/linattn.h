@@ -139,7 +139,7 @@ typedef struct {
     float eps;         /* 1e-6f */
     float scale;       /* 1.0f */
     int64_t chunk;     /* 0 = library's choice */
-    int num_threads;   /* 0 = library default, 1 = calling thread only */
+    int num_threads;   /* 0 = library default (fewer for small calls), 1 = calling thread only */
     linattn_strides q, k, v, o, g; /* init: contiguous [B][H][T][D] ([B][H][T][dk] for g) */
     /* Appended in 0.2.0; a caller built against 0.1 (smaller struct_size)
      * gets the defaults. */

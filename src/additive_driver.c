@@ -567,7 +567,7 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
 {
     const la_additive_ops *ops = kern->additive;
     const int64_t heads = c->B * c->H;
-    const int wanted = la_threads_wanted(c->num_threads);
+    const int wanted = la_threads_for_call(c->num_threads, c->B, c->T, c->H, c->dk, c->dv);
     const int forward = c->causal && !c->step;
     if (forward && (c->algo == LINATTN_ALGO_RECURRENT ||
                     (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(kern->additive_tuning, c))))

@@ -183,7 +183,7 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
 {
     const la_delta_ops *ops = kern->delta;
     delta_job j = {.kern = kern, .c = c, .a = choose_algo(kern, c)};
-    const int wanted = la_threads_wanted(c->num_threads);
+    const int wanted = la_threads_for_call(c->num_threads, c->B, c->T, c->H, c->dk, c->dv);
     j.group = c->H / c->qk_heads;
     j.members = j.group < MAX_MEMBERS ? j.group : MAX_MEMBERS;
     j.tile = c->step ? c->dv : ops->tile_columns(c->dk, c->dv);

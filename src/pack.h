@@ -14,47 +14,39 @@
 
 #include "sizes.h"
 
-/* Floats between the starts of two rows of a packed tile: the tile's width,
- * plus LA_PACK_PAD (a variant build's knob, to measure: rows a multiple of
- * 4 KiB apart can make a load wait for an older store to an unrelated
- * address with the same low 12 bits). */
-#ifndef LA_PACK_PAD
-#define LA_PACK_PAD 0
-#endif
-
-static inline int64_t la_packed_ld(int64_t tile) { return tile + LA_PACK_PAD; }
+/* Rows of a packed tile are ld >= tile floats apart: a family may pad them
+ * (rows a multiple of 4 KiB apart can make a load wait for an older store
+ * to an unrelated address with the same low 12 bits). */
 
 /* Register tile r (columns j0 + r * tile onwards) of a packed copy. */
-static inline float *la_packed_tile(float *copy, int64_t dk, int64_t tile, int64_t r)
+static inline float *la_packed_tile(float *copy, int64_t dk, int64_t ld, int64_t r)
 {
-    return copy + r * dk * la_packed_ld(tile);
+    return copy + r * dk * ld;
 }
 
-static inline size_t la_packed_bytes(int64_t dk, int64_t nj, int64_t tile)
+static inline size_t la_packed_bytes(int64_t dk, int64_t nj, int64_t tile, int64_t ld)
 {
     const int64_t tiles = (nj + tile - 1) / tile;
-    return la_size_floats(la_size_mul(la_size_of_dim(dk), la_size_of_dim(tiles * la_packed_ld(tile))));
+    return la_size_floats(la_size_mul(la_size_of_dim(dk), la_size_of_dim(tiles * ld)));
 }
 
 static inline void la_pack_tiles(const float *s, int64_t dk, int64_t dv, int64_t j0, int64_t nj,
-                                 int64_t tile, float *copy)
+                                 int64_t tile, int64_t ld, float *copy)
 {
-    const int64_t ld = la_packed_ld(tile);
     for (int64_t jb = 0; jb < nj; jb += tile) {
         const int64_t w = nj - jb < tile ? nj - jb : tile;
-        float *t = la_packed_tile(copy, dk, tile, jb / tile);
+        float *t = la_packed_tile(copy, dk, ld, jb / tile);
         for (int64_t c = 0; c < dk; c++)
             memcpy(t + c * ld, s + c * dv + j0 + jb, (size_t)w * sizeof(float));
     }
 }
 
 static inline void la_unpack_tiles(float *s, int64_t dk, int64_t dv, int64_t j0, int64_t nj,
-                                   int64_t tile, const float *copy)
+                                   int64_t tile, int64_t ld, const float *copy)
 {
-    const int64_t ld = la_packed_ld(tile);
     for (int64_t jb = 0; jb < nj; jb += tile) {
         const int64_t w = nj - jb < tile ? nj - jb : tile;
-        const float *t = la_packed_tile((float *)copy, dk, tile, jb / tile);
+        const float *t = la_packed_tile((float *)copy, dk, ld, jb / tile);
         for (int64_t c = 0; c < dk; c++)
             memcpy(s + c * dv + j0 + jb, t + c * ld, (size_t)w * sizeof(float));
     }

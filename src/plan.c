@@ -418,7 +418,9 @@ linattn_status la_serve_run(linattn_op op, const linattn_config *cfg, const lina
     linattn_status st = plan_make(&p, op, cfg, ops);
     if (st != LINATTN_OK)
         return st;
-    const int nt = la_team_size(la_threads_wanted(p->sv.c.num_threads), p->units);
+    const la_call *c = &p->sv.c;
+    const int nt =
+        la_team_size(la_threads_for_call(c->num_threads, c->B, c->T, c->H, c->dk, c->dv), p->units);
     unsigned char *ws = aligned_alloc(64, la_size_mul(p->ws_bytes, (size_t)nt));
     if (ws == NULL) {
         linattn_plan_destroy(p);

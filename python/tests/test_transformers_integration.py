@@ -312,6 +312,51 @@ def test_apply_and_revert_on_a_fake_module():
         assert layer.recurrent_gated_delta_rule is torch_recurrent_gated_delta_rule
 
 
+def test_kimi_names_of_transformers_5_17():
+    """transformers 5.17's Kimi Linear module names its fallbacks
+    chunk_kimi_delta_attention / recurrent_kimi_delta_attention (read on a
+    machine with 5.17; later sources torch_chunk_kda / torch_recurrent_kda)
+    and its layer calls them by module-level name: those are replaced, run
+    linattn on CPU tensors, and are given back."""
+    mod = types.ModuleType('fake_kimi_linear_5_17')
+
+    def chunk_kimi_delta_attention(query, key, value, g, beta, chunk_size=64, initial_state=None,
+                                   output_final_state=False, use_qk_l2norm_in_kernel=False,
+                                   **kwargs):
+        return 'torch chunk'
+
+    def recurrent_kimi_delta_attention(query, key, value, g, beta, initial_state,
+                                       output_final_state, use_qk_l2norm_in_kernel=False,
+                                       **kwargs):
+        return 'torch recurrent'
+
+    class KimiLinearDeltaAttention(torch.nn.Module):
+        pass
+
+    mod.chunk_kimi_delta_attention = chunk_kimi_delta_attention
+    mod.recurrent_kimi_delta_attention = recurrent_kimi_delta_attention
+    mod.KimiLinearDeltaAttention = KimiLinearDeltaAttention
+    lt.apply_linattn(families='kimi_linear', modules={'kimi_linear': mod})
+    try:
+        assert mod.chunk_kimi_delta_attention._linattn_kind == 'kda_chunk'
+        assert mod.recurrent_kimi_delta_attention._linattn_kind == 'kda_recurrent'
+        gen = torch.Generator().manual_seed(SEED + 9)
+        q, k, v, g, beta = inputs(1, 5, 2, 2, 8, 8, True, torch.float32, gen)
+        o, s = mod.chunk_kimi_delta_attention(q, k, v, g=g, beta=beta, initial_state=None,
+                                              output_final_state=True,
+                                              use_qk_l2norm_in_kernel=True)
+        o2, s2 = mod.recurrent_kimi_delta_attention(q, k, v, g=g, beta=beta,
+                                                    initial_state=torch.zeros_like(s),
+                                                    output_final_state=True,
+                                                    use_qk_l2norm_in_kernel=True)
+        assert torch.allclose(o, o2, rtol=1e-4, atol=1e-5)
+        assert torch.allclose(s, s2, rtol=1e-4, atol=1e-5)
+    finally:
+        lt.revert_linattn()
+    assert mod.chunk_kimi_delta_attention is chunk_kimi_delta_attention
+    assert mod.recurrent_kimi_delta_attention is recurrent_kimi_delta_attention
+
+
 def test_fla_kernel_bound_by_a_layer_keeps_non_cpu_tensors():
     mod = fake_qwen3_next()
     layer = mod.Qwen3NextGatedDeltaNet()

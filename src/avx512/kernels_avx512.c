@@ -171,13 +171,17 @@ static size_t pack_bytes_avx512(int64_t chunk, int64_t dk, int64_t dv)
  * overhead shrinks; 16 is best for d <= 64 (by ~4%, CHANNEL too), 32 for
  * d = 128 (16 is ~2% slower there, 48 and 64 ~5-10%).
  *
- * Sapphire/Emerald Rapids, from the figures of a borrowed Xeon (family 6
- * model 207, one run each, not re-measured here): identity features
- * without a normaliser at dk = 128 ran 1.7x faster chunked (0.55 of the
- * zmm peak against 0.32 recurrent): with two 512-bit FMA pipes the
- * recurrent sweep streams its 64 KiB tile from L2 (docs/kernels.md), so
- * above dk = 64 the chunked form. dk = 64 and the chunk lengths: not
- * measured there, Zen 4's. */
+ * Sapphire/Emerald Rapids, measured on a borrowed Xeon (family 6 model
+ * 207, 2026-11-27, short runs on a shared host; docs/kernels.md): the
+ * recurrent forms work on packed copies of the state (a 64 KiB tile, or a
+ * 64-column one with rows 512 bytes apart, streams from L2 at every token
+ * there; packed, the delta rule went from 0.30-0.35 to 0.51-0.55 of the zmm
+ * peak, the additive identity forward at dk = 128 from 0.38 to 0.54-0.59).
+ * With the packed copy the additive recurrent form runs at or above the
+ * chunked one up to dk = 128 (chunked: 0.34-0.56 identity, 0.40-0.46 elu+1;
+ * recurrent 0.54-0.59 and 0.47-0.48); at dk = 256 the chunked form led by
+ * 1.1-1.4x before packing, not measured since. Chunks: Zen 4's (the Xeon's
+ * chunk table spread too much to move them). */
 static const la_tuning tuning_avx512[] = {
     {
         .uarch = LA_UARCH_ZEN4,
@@ -189,7 +193,7 @@ static const la_tuning tuning_avx512[] = {
     },
     {
         .uarch = LA_UARCH_SAPPHIRE_RAPIDS,
-        .additive_chunked_above_dk = {64, 64, 64},
+        .additive_chunked_above_dk = {128, 128, 128},
         .additive_chunk = {{16, 16, 16}, {32, 32, 32}},
         LA_DELTA_TUNING_ZEN4,
         .delta_pack_from_T = 32,

@@ -102,10 +102,14 @@ _FAMILIES = {
                 [('torch_chunk_gated_delta_rule', 'chunk_gated_delta_rule', 'gdn_chunk'),
                  ('torch_recurrent_gated_delta_rule', 'recurrent_gated_delta_rule',
                   'gdn_recurrent')]),
+    # transformers 5.17 names them chunk_ / recurrent_kimi_delta_attention
+    # (same signatures, looked up by module-level name when the layer runs);
+    # later sources torch_chunk_kda / torch_recurrent_kda
     'kimi_linear': ('transformers.models.kimi_linear.modeling_kimi_linear',
                     'KimiLinearDeltaAttention',
-                    [('torch_chunk_kda', 'chunk_kda', 'kda_chunk'),
-                     ('torch_recurrent_kda', 'recurrent_kda', 'kda_recurrent')]),
+                    [(('torch_chunk_kda', 'chunk_kimi_delta_attention'), 'chunk_kda', 'kda_chunk'),
+                     (('torch_recurrent_kda', 'recurrent_kimi_delta_attention'), 'recurrent_kda',
+                      'kda_recurrent')]),
 }
 
 _LINATTN = {
@@ -235,6 +239,16 @@ def _lookup(module, family, name):
     return getattr(module, name)
 
 
+def _resolve(module, family, names):
+    """The module-level name of a function that transformers versions spell
+    differently (names: one, or a tuple of the spellings, newest first)."""
+    names = (names,) if isinstance(names, str) else names
+    for name in names:
+        if hasattr(module, name):
+            return name
+    return _lookup(module, family, ' or '.join(names))
+
+
 def _bind(layer, attr, kind, module_repl, saved):
     """Point one layer's attribute at linattn; saved[attr] gets what to give
     back. Whatever the layer had is what non-CPU tensors still reach: the
@@ -296,6 +310,7 @@ def apply_linattn(model=None, families=None, modules=None):
                 continue  # this transformers predates the family
         modname, clsname, entries = _FAMILIES[fam]
         cls = _lookup(mod, fam, clsname)
+        entries = [(_resolve(mod, fam, names), attr, kind) for names, attr, kind in entries]
         originals = {name: _lookup(mod, fam, name) for name, _, _ in entries}
         repl = {name: make_replacement(kind, originals[name]) for name, _, kind in entries}
         attrs = {attr: (kind, repl[name]) for name, attr, kind in entries}

@@ -383,8 +383,8 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
     const int64_t ng = heads - i0 < j->group ? heads - i0 : j->group;
     const int64_t j0 = unit % j->pieces * j->width;
     const int64_t nj = c->dv - j0 < j->width ? c->dv - j0 : j->width;
-    const size_t per_head = j->w.total + j->zbytes + j->pbytes + la_size_up64(sizeof(la_head)) +
-                            la_size_up64(sizeof(la_source));
+    const size_t per_head = j->w.total + j->zbytes + j->pbytes +
+                            la_size_up64(sizeof(la_head)) + la_size_up64(sizeof(la_source));
     unsigned char *mine = j->ws + j->per_thread * (size_t)tid;
     float *f = (float *)(mine + per_head * (size_t)j->group);
     float *inv = (float *)((unsigned char *)f + j->fbytes);
@@ -426,8 +426,8 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
     }
     /* (a zero initial state needs no copy back: it was the workspace's) */
     for (int64_t g = 0; g < ng && j->pbytes && c->s; g++)
-        ops->unpack((float *)c->s + (size_t)(i0 + g) * (size_t)(c->dk * c->dv), c->dk, c->dv, j0, nj,
-                    COPY(g));
+        ops->unpack((float *)c->s + (size_t)(i0 + g) * (size_t)(c->dk * c->dv), c->dk, c->dv, j0,
+                    nj, COPY(g));
     for (int64_t g = 0; g < ng && j0 == 0; g++)
         if (HEAD(g)->z)
             z_store(HEAD(g), ZZ(g));

@@ -36,12 +36,12 @@ static inline int la_threads_wanted(int num_threads)
 
 /* With num_threads = 0 (the library chooses), a call that sweeps `bytes`
  * of state in all (tokens x heads x dk x dv floats) starts no more threads
- * than give each LA_MIN_BYTES_PER_THREAD of them: below that a team's start and join, and threads of another
- * runtime (PyTorch's) spinning on the same cores, cost more than the share
- * of the work a thread takes over. On the Xeon a 2 MiB decode step still
- * gained from 8 to 16 threads (20.6-21.6 to 12.4-13.5 us), 128 KiB each;
- * a 128 KiB step (a small model's layer) runs on one. The thread count
- * never changes a result. */
+ * than give each LA_MIN_BYTES_PER_THREAD of them: below that a team's start
+ * and join, and threads of another runtime (PyTorch's) spinning on the
+ * same cores, cost more than the share of the work a thread takes over.
+ * On the Xeon a 2 MiB decode step still gained from 8 to 16 threads
+ * (20.6-21.6 to 12.4-13.5 us), 128 KiB each; a 128 KiB step (a small
+ * model's layer) runs on one. The thread count never changes a result. */
 enum { LA_MIN_BYTES_PER_THREAD = 128 << 10 };
 
 static inline int la_threads_for_call(int num_threads, int64_t B, int64_t T, int64_t H,
@@ -65,7 +65,6 @@ static inline int la_thread_num(void)
 #endif
 }
 
-/* The team for `units` independent units: never more threads than units. */
 /* Eighths (rounded down) of the thread time that idles when units of equal
  * cost are shared statically over `threads`: 0 when they divide evenly. */
 static inline int64_t la_idle_eighths(int64_t units, int threads)
@@ -76,6 +75,7 @@ static inline int64_t la_idle_eighths(int64_t units, int threads)
     return (slots - units) * 8 / slots;
 }
 
+/* The team for `units` independent units: never more threads than units. */
 static inline int la_team_size(int wanted, int64_t units)
 {
     return units < wanted ? (int)(units < 1 ? 1 : units) : wanted;

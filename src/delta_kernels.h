@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "pack.h"
+#include "state_rows.h"
 #include "tile_dispatch.h"
 
 #ifndef LA_DELTA_NV
@@ -85,41 +86,6 @@ LA_INLINE void delta_decays(const la_head *h, int64_t t, float *a)
 
 static int64_t round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
 
-/* n lanes (LA_VW or fewer, the rest 0) of the state at element off: float,
- * or bfloat16 widened (bf16 is a constant at every call site). */
-LA_INLINE la_vf delta_state_load(const void *s, int64_t off, int64_t n, int bf16)
-{
-    if (!bf16)
-        return n >= LA_VW ? vf_load((const float *)s + off) : vf_loadn((const float *)s + off, n);
-    const uint16_t *p = (const uint16_t *)s + off;
-    if (n >= LA_VW)
-        return vf_widen_bf16(p);
-    uint16_t t[LA_VW] = {0};
-    memcpy(t, p, (size_t)n * sizeof *p);
-    return vf_widen_bf16(t);
-}
-
-/* The first n lanes of y into the state at element off (bfloat16: rounded
- * to nearest even). */
-LA_INLINE void delta_state_store(void *s, int64_t off, la_vf y, int64_t n, int bf16)
-{
-    if (!bf16) {
-        if (n >= LA_VW)
-            vf_store((float *)s + off, y);
-        else
-            vf_storen((float *)s + off, y, n);
-        return;
-    }
-    uint16_t *p = (uint16_t *)s + off;
-    if (n >= LA_VW) {
-        vf_narrow_bf16(p, y);
-        return;
-    }
-    uint16_t t[LA_VW];
-    vf_narrow_bf16(t, y);
-    memcpy(p, t, (size_t)n * sizeof *p);
-}
-
 /* ---- recurrent ----------------------------------------------------------- */
 
 /* Features of one token: qh, kh, the decays a (a[0] for TOKEN), and kn =
@@ -167,8 +133,8 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
 #define ST(p, x, y)                                                                               \
     ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
-#define SLD(row, x) delta_state_load(s, (row) + (x) * LA_VW, (x) == nv - 1 ? wl : LA_VW, bf16)
-#define SST(row, x, y) delta_state_store(s, (row) + (x) * LA_VW, (y), (x) == nv - 1 ? wl : LA_VW, bf16)
+#define SLD(row, x) vf_load_row(s, (row) + (x) * LA_VW, (x) == nv - 1 ? wl : LA_VW, bf16)
+#define SST(row, x, y) vf_store_row(s, (row) + (x) * LA_VW, (y), (x) == nv - 1 ? wl : LA_VW, bf16)
     for (int x = 0; x < nv; x++)
         acc[x] = vf_zero();
     for (int64_t c = 0; c < dk; c++) { /* S^T k of the first token */

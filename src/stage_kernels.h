@@ -22,6 +22,7 @@
 
 #include "half.h"
 #include "stage.h"
+#include "state_rows.h"
 
 static void stage_load(linattn_dtype t, const void *x, int64_t n, float *out)
 {
@@ -141,40 +142,6 @@ static void stage_beta(linattn_beta_act act, float *b, int64_t n)
  * KiB of floats, which stays in L2 for the kernels). */
 enum { STAGE_TR_ROWS = LA_VW > 32 ? LA_VW : 32 };
 
-/* n lanes (LA_VW or fewer, the rest 0) at element off of x: float, or
- * bfloat16 widened (exact). */
-LA_INLINE la_vf stage_row_in(const void *x, int64_t off, int64_t n, int bf16)
-{
-    if (!bf16)
-        return n >= LA_VW ? vf_load((const float *)x + off) : vf_loadn((const float *)x + off, n);
-    const uint16_t *p = (const uint16_t *)x + off;
-    if (n >= LA_VW)
-        return vf_widen_bf16(p);
-    uint16_t t[LA_VW] = {0};
-    memcpy(t, p, (size_t)n * sizeof *p);
-    return vf_widen_bf16(t);
-}
-
-/* The first n lanes of v at element off of y (bfloat16: rounded to
- * nearest even, as la_f32_to_bf16). */
-LA_INLINE void stage_row_out(void *y, int64_t off, la_vf v, int64_t n, int bf16)
-{
-    if (!bf16) {
-        if (n >= LA_VW)
-            vf_store((float *)y + off, v);
-        else
-            vf_storen((float *)y + off, v, n);
-        return;
-    }
-    uint16_t *p = (uint16_t *)y + off, t[LA_VW];
-    if (n >= LA_VW) {
-        vf_narrow_bf16(p, v);
-        return;
-    }
-    vf_narrow_bf16(t, v);
-    memcpy(p, t, (size_t)n * sizeof *p);
-}
-
 /* One tile: rows [0, nr) x columns [0, nc) of x from element xo (nr, nc <=
  * LA_VW; missing rows read as 0 and are never stored) transposed to
  * element yo of y. in: x of the state's type, y float; out: the reverse.
@@ -185,14 +152,14 @@ LA_INLINE void stage_tile(const void *x, int64_t xo, int64_t ldx, int64_t nr, in
     la_vf v[LA_VW];
     for (int i = 0; i < LA_VW; i++)
         v[i] = i >= nr ? vf_zero()
-               : in    ? stage_row_in(x, xo + i * ldx, nc, bf16)
-                       : stage_row_in(x, xo + i * ldx, nc, 0);
+               : in    ? vf_load_row(x, xo + i * ldx, nc, bf16)
+                       : vf_load_row(x, xo + i * ldx, nc, 0);
     vf_transpose(v);
     for (int i = 0; i < LA_VW && i < nc; i++) {
         if (in)
-            stage_row_out(y, yo + i * ldy, v[i], nr, 0);
+            vf_store_row(y, yo + i * ldy, v[i], nr, 0);
         else
-            stage_row_out(y, yo + i * ldy, v[i], nr, bf16);
+            vf_store_row(y, yo + i * ldy, v[i], nr, bf16);
     }
 }
 

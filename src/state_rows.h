@@ -1,0 +1,45 @@
+/* Private: n lanes of a state row that is float32 or bfloat16, written once
+ * against an ISA vocabulary (include the vocabulary first). The delta
+ * kernels read and write a bfloat16 state in place through these, and the
+ * input stage's transposes move a V-first pool of either type. */
+#ifndef LINATTN_STATE_ROWS_H
+#define LINATTN_STATE_ROWS_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* n lanes (LA_VW or fewer, the rest 0) at element off of x: float, or
+ * bfloat16 widened (exact). bf16 is a constant at every call site. */
+LA_INLINE la_vf vf_load_row(const void *x, int64_t off, int64_t n, int bf16)
+{
+    if (!bf16)
+        return n >= LA_VW ? vf_load((const float *)x + off) : vf_loadn((const float *)x + off, n);
+    const uint16_t *p = (const uint16_t *)x + off;
+    if (n >= LA_VW)
+        return vf_widen_bf16(p);
+    uint16_t t[LA_VW] = {0};
+    memcpy(t, p, (size_t)n * sizeof *p);
+    return vf_widen_bf16(t);
+}
+
+/* The first n lanes of v at element off of y (bfloat16: rounded to nearest
+ * even, as la_f32_to_bf16). */
+LA_INLINE void vf_store_row(void *y, int64_t off, la_vf v, int64_t n, int bf16)
+{
+    if (!bf16) {
+        if (n >= LA_VW)
+            vf_store((float *)y + off, v);
+        else
+            vf_storen((float *)y + off, v, n);
+        return;
+    }
+    uint16_t *p = (uint16_t *)y + off, t[LA_VW];
+    if (n >= LA_VW) {
+        vf_narrow_bf16(p, v);
+        return;
+    }
+    vf_narrow_bf16(t, v);
+    memcpy(p, t, (size_t)n * sizeof *p);
+}
+
+#endif

@@ -190,18 +190,40 @@ static void run_peak_threads(void *p)
     sink += s;
 }
 
+/* Figures measured once per run, by (what, ISA, size): searched, as a run
+ * asks for a handful. Past the table's end a figure is measured again. */
+typedef enum { MEMO_PEAK_THREADS, MEMO_BOUND } memo_kind;
+
+typedef struct {
+    memo_kind kind;
+    linattn_isa isa;
+    int64_t key;
+    double value;
+} memo_entry;
+
+static memo_entry memo[96];
+static int memo_used;
+
+static const double *memo_get(memo_kind kind, linattn_isa isa, int64_t key)
+{
+    for (int i = 0; i < memo_used; i++)
+        if (memo[i].kind == kind && memo[i].isa == isa && memo[i].key == key)
+            return &memo[i].value;
+    return NULL;
+}
+
+static double memo_put(memo_kind kind, linattn_isa isa, int64_t key, double value)
+{
+    if (memo_used < (int)(sizeof memo / sizeof *memo))
+        memo[memo_used++] = (memo_entry){kind, isa, key, value};
+    return value;
+}
+
 double bench_peak_threads(const bench_options *op, linattn_isa isa, int nt)
 {
-    typedef struct {
-        linattn_isa isa;
-        int nt;
-        double gflops;
-    } entry;
-    static entry cache[32];
-    static int used;
-    for (int i = 0; i < used; i++)
-        if (cache[i].isa == isa && cache[i].nt == nt)
-            return cache[i].gflops;
+    const double *known = memo_get(MEMO_PEAK_THREADS, isa, nt);
+    if (known)
+        return *known;
 #ifdef _OPENMP
     const int team = nt;
 #else
@@ -210,10 +232,8 @@ double bench_peak_threads(const bench_options *op, linattn_isa isa, int nt)
     peak_threads_ctx c = {isa, op->quick ? 1 << 12 : 1 << 16, team};
     /* longer samples than one core's: a team's start is in each sample */
     const double sec = bench_time_call(run_peak_threads, &c, 2 * op->min_time);
-    const double gflops = bench_fma_flops_per_iter(isa) * (double)c.iters * team / sec * 1e-9;
-    if (used < (int)(sizeof cache / sizeof *cache))
-        cache[used++] = (entry){isa, nt, gflops};
-    return gflops;
+    return memo_put(MEMO_PEAK_THREADS, isa, nt,
+                    bench_fma_flops_per_iter(isa) * (double)c.iters * team / sec * 1e-9);
 }
 
 typedef struct {
@@ -233,26 +253,15 @@ static void run_rmw(void *p)
  * and writes its state once could reach on one core. */
 double bench_bound(const bench_options *op, linattn_isa isa, int64_t n)
 {
-    /* A handful of state sizes per run: (ISA, size) pairs, searched. */
-    typedef struct {
-        linattn_isa isa;
-        int64_t n;
-        double gbps;
-    } entry;
-    static entry cache[64];
-    static int used;
-    for (int i = 0; i < used; i++)
-        if (cache[i].isa == isa && cache[i].n == n)
-            return cache[i].gbps;
+    const double *known = memo_get(MEMO_BOUND, isa, n);
+    if (known)
+        return *known;
     rmw_ctx c = {isa, bench_alloc(n), (size_t)n};
     bench_fill(c.buf, n, 0.0f, 1.0f, 7);
     const double sec = bench_time_call(run_rmw, &c, op->min_time);
     sink += c.buf[0];
     free(c.buf);
-    const double gbps = 2.0 * sizeof(float) * (double)n / sec * 1e-9;
-    if (used < (int)(sizeof cache / sizeof *cache))
-        cache[used++] = (entry){isa, n, gbps};
-    return gbps;
+    return memo_put(MEMO_BOUND, isa, n, 2.0 * sizeof(float) * (double)n / sec * 1e-9);
 }
 
 /* ---- rates of a row ---------------------------------------------------- */

@@ -104,7 +104,8 @@ LA_INLINE void delta_prepare(const la_head *h, int64_t t, float *f, int64_t dkp)
         for (int64_t c = 0; c < h->dk; c += LA_VW)
             vf_store(kn + c, vf_mul(vf_load(kh + c), vf_load(a + c)));
     else
-        memcpy(kn, kh, (size_t)h->dk * sizeof(float));
+        memcpy(kn, kh, (size_t)dkp * sizeof(float)); /* with the zero padding: the V-first
+                                                        kernel reads whole vectors */
 }
 
 /* Tokens t0..t0+n-1 on nv vectors of columns of S (rows ld elements apart;

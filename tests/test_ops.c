@@ -196,6 +196,7 @@ static const char *const add_op_names[] = {"chunk_pack+chunk_output", "chunk_pac
 typedef struct {
     arena mem;
     void *pack1, *pack2;
+    size_t pack_bytes;
     float *o, *u, *uz, *s, *z, *u_in, *uz_in; /* chunk ops */
     float *ot, *st, *zt, *zc;                /* token */
     float *on, *sn, *zn;                     /* forward_noncausal */
@@ -208,6 +209,7 @@ static void add_bufs_make(add_bufs *b, const la_additive_ops *ops, const add_cas
     arena *a = &b->mem;
     const size_t pack = la_size_up64(ops->pack_bytes(c->chunk, c->dk, c->dv));
     b->pack1 = guarded_bytes(a, pack), b->pack2 = guarded_bytes(a, pack);
+    b->pack_bytes = pack;
     b->o = guarded(a, no, 0), b->ot = guarded(a, no, 0), b->on = guarded(a, no, 0);
     b->u = guarded(a, ns, 1), b->u_in = guarded(a, ns, 1);
     b->uz = guarded(a, nz, 1), b->uz_in = guarded(a, nz, 1), b->zc = guarded(a, nz, 1);
@@ -227,7 +229,10 @@ static void run_additive(const la_additive_ops *ops, const add_case *c, add_bufs
     const int64_t dk = c->dk, dv = c->dv, T = c->T;
     const size_t no = (size_t)(T * c->o_ts), ns = (size_t)(dk * dv), nz = (size_t)dk;
 
-    /* chunk_pack + chunk_output, from the state before the chunk */
+    /* chunk_pack + chunk_output, from the state before the chunk; the
+     * packs poisoned, so that a lane read before it is written shows */
+    fill(b->pack1, b->pack_bytes / sizeof(float), NAN);
+    fill(b->pack2, b->pack_bytes / sizeof(float), NAN);
     fill(b->o, no, UNTOUCHED);
     la_head h = head_of(c, b->o, NULL, NULL);
     ops->chunk_pack(&h, c->t0, c->n, b->pack1);
@@ -450,6 +455,7 @@ static la_head delta_head_of(const delta_case *c, float *o, float *s)
 typedef struct {
     arena mem;
     void *ws[2]; /* recurrent (and recurrent_vfirst), chunked */
+    size_t ws_bytes[2];
     float *o, *s, *sv; /* sv: the state V-first, for recurrent_vfirst */
 } delta_bufs;
 
@@ -457,8 +463,10 @@ static void delta_bufs_make(delta_bufs *b, const la_delta_ops *ops, const delta_
                             int64_t nj)
 {
     memset(b, 0, sizeof *b);
-    b->ws[0] = guarded_bytes(&b->mem, la_size_up64(ops->recurrent_bytes(c->T, c->dk, nj)));
-    b->ws[1] = guarded_bytes(&b->mem, la_size_up64(ops->chunked_bytes(c->chunk, c->dk, nj)));
+    b->ws_bytes[0] = la_size_up64(ops->recurrent_bytes(c->T, c->dk, nj));
+    b->ws_bytes[1] = la_size_up64(ops->chunked_bytes(c->chunk, c->dk, nj));
+    b->ws[0] = guarded_bytes(&b->mem, b->ws_bytes[0]);
+    b->ws[1] = guarded_bytes(&b->mem, b->ws_bytes[1]);
     b->o = guarded(&b->mem, (size_t)(c->T * c->o_ts), 0);
     b->s = guarded(&b->mem, (size_t)(c->dk * c->dv), 0);
     b->sv = guarded(&b->mem, (size_t)(c->dk * c->dv), 0);
@@ -472,6 +480,8 @@ static void run_delta(const la_delta_ops *ops, const delta_case *c, int chunked,
 {
     fill(b->o, (size_t)(c->T * c->o_ts), UNTOUCHED);
     memcpy(b->s, c->s0, (size_t)(c->dk * c->dv) * sizeof(float));
+    for (int i = 0; i < 2; i++) /* a lane read before it is written shows */
+        fill(b->ws[i], b->ws_bytes[i] / sizeof(float), NAN);
     la_head h = delta_head_of(c, b->o, b->s);
     if (chunked == 2) {
         const int64_t dk = c->dk, dv = c->dv;

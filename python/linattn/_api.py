@@ -68,16 +68,18 @@ def _out(q, v, shape=None):
     """An output of q's kind shaped like v (or shape), of v's dtype when
     the library can write it and v is of q's kind (fla: o = empty_like(v)),
     else float32."""
-    shape = tuple(v.shape) if shape is None else shape
     if isinstance(q, _ndarray):
+        shape = tuple(v.shape) if shape is None else shape
         dt = v.dtype if isinstance(v, _ndarray) and v.dtype == _float16 else _float32
         return np.empty(shape, dt)
     torch = sys.modules.get('torch')
-    if torch is not None and isinstance(q, torch.Tensor) and q.device.type == 'cpu':
-        dt = torch.float32
-        if isinstance(v, torch.Tensor) and v.dtype in (torch.bfloat16, torch.float16):
-            dt = v.dtype
-        return torch.empty(shape, dtype=dt)
+    if torch is not None and isinstance(q, torch.Tensor) and q.is_cpu:
+        v_dtype = v.dtype if isinstance(v, torch.Tensor) else None
+        if shape is None and v_dtype in (torch.float32, torch.bfloat16, torch.float16):
+            # half the cost of torch.empty(shape, dtype=...), which a decode step feels
+            return torch.empty_like(v, memory_format=torch.contiguous_format)
+        dt = v_dtype if v_dtype in (torch.bfloat16, torch.float16) else torch.float32
+        return torch.empty(tuple(v.shape) if shape is None else shape, dtype=dt)
     return np.empty(getattr(v, 'shape', (1,)), _float32)  # the extension names q's fault
 
 

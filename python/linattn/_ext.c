@@ -13,6 +13,7 @@
 #include <Python.h>
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,7 +27,7 @@ enum { LAYOUT_BHTD, LAYOUT_BTHD };
 typedef struct {
     Py_buffer buf;
     int held; /* 1: a buffer to release; 2: a torch tensor, read in place */
-    linattn_dtype dt; /* the element type; isz its bytes */
+    int dt; /* the element type: a linattn_dtype, or DT_INT32/64 below; isz its bytes */
     int isz;
     int64_t n[4];
     int64_t st[4]; /* in elements */
@@ -43,7 +44,8 @@ static void release(view *v)
 /* Torch tensors do not export buffers. Reading their pointer, shape and
  * strides here costs a fraction of tensor.numpy(), which matters for a
  * decode step. torch is never imported from here: a tensor means it is. */
-static PyObject *torch_tensor, *torch_float32, *torch_bfloat16, *torch_float16;
+static PyObject *torch_tensor, *torch_float32, *torch_bfloat16, *torch_float16, *torch_int32,
+    *torch_int64, *torch_empty_like, *torch_contiguous, *torch_grad_enabled;
 static PyObject *s_is_cpu, *s_dtype, *s_shape, *s_is_contiguous, *s_stride, *s_data_ptr,
     *s_device;
 
@@ -106,13 +108,25 @@ static int is_tensor(PyObject *obj)
         torch_float32 = PyObject_GetAttrString(torch, "float32");
         torch_bfloat16 = PyObject_GetAttrString(torch, "bfloat16");
         torch_float16 = PyObject_GetAttrString(torch, "float16");
+        torch_int32 = PyObject_GetAttrString(torch, "int32");
+        torch_int64 = PyObject_GetAttrString(torch, "int64");
+        torch_empty_like = PyObject_GetAttrString(torch, "empty_like");
+        torch_contiguous = PyObject_GetAttrString(torch, "contiguous_format");
+        torch_grad_enabled = PyObject_GetAttrString(torch, "is_grad_enabled");
         Py_DECREF(torch);
         if (torch_tensor == NULL || torch_float32 == NULL || torch_bfloat16 == NULL ||
-            torch_float16 == NULL || !PyType_Check(torch_tensor)) {
+            torch_float16 == NULL || torch_int32 == NULL || torch_int64 == NULL ||
+            torch_empty_like == NULL || torch_contiguous == NULL || torch_grad_enabled == NULL ||
+            !PyType_Check(torch_tensor)) {
             Py_CLEAR(torch_tensor);
             Py_CLEAR(torch_float32);
             Py_CLEAR(torch_bfloat16);
             Py_CLEAR(torch_float16);
+            Py_CLEAR(torch_int32);
+            Py_CLEAR(torch_int64);
+            Py_CLEAR(torch_empty_like);
+            Py_CLEAR(torch_contiguous);
+            Py_CLEAR(torch_grad_enabled);
             return -1;
         }
     }
@@ -121,16 +135,21 @@ static int is_tensor(PyObject *obj)
     return PyObject_IsInstance(obj, torch_tensor);
 }
 
-/* The element types an argument takes, as a bit set. */
+/* The element types an argument takes, as a bit set. The index arrays'
+ * integer types are view element types of this file only. */
+enum { DT_INT32 = 16, DT_INT64 = 17 };
 enum {
     T_F32 = 1u << LINATTN_F32,
     T_ANY = T_F32 | 1u << LINATTN_BF16 | 1u << LINATTN_F16, /* q, k, v, beta, o */
-    T_STATE = T_F32 | 1u << LINATTN_BF16                     /* s */
+    T_STATE = T_F32 | 1u << LINATTN_BF16,                    /* s */
+    T_I32 = 1u << DT_INT32,                                  /* slot indices */
+    T_I64 = 1u << DT_INT64                                   /* cu_seqlens */
 };
 
-static const char *dtype_str(linattn_dtype t)
+static const char *dtype_str(int t)
 {
-    return t == LINATTN_BF16 ? "bfloat16" : t == LINATTN_F16 ? "float16" : "float32";
+    return t == LINATTN_BF16 ? "bfloat16" : t == LINATTN_F16 ? "float16"
+           : t == DT_INT32   ? "int32"    : t == DT_INT64   ? "int64" : "float32";
 }
 
 /* "float32, bfloat16 or float16" for a type set. */
@@ -138,6 +157,8 @@ static const char *types_str(unsigned types)
 {
     return types == T_ANY ? "float32, bfloat16 or float16"
            : types == T_STATE ? "float32 or bfloat16"
+           : types == T_I32   ? "int32"
+           : types == T_I64   ? "int64"
                               : "float32";
 }
 
@@ -173,6 +194,10 @@ static int tensor_view(PyObject *obj, const char *name, unsigned types, view *v)
         v->dt = LINATTN_BF16, v->isz = 2;
     } else if (dtype == torch_float16) {
         v->dt = LINATTN_F16, v->isz = 2;
+    } else if ((types & T_I32) && dtype == torch_int32) {
+        v->dt = DT_INT32, v->isz = 4;
+    } else if ((types & T_I64) && dtype == torch_int64) {
+        v->dt = DT_INT64, v->isz = 8;
     } else {
         PyErr_Format(PyExc_TypeError, "%s: dtype %S; linattn takes %s", name, dtype,
                      types_str(types));
@@ -543,24 +568,54 @@ enum {
 typedef struct {
     PyObject *rd, *wr, *snap, *cu;
     int vfirst;
+    int decode; /* in_place(): rd is one slot per sequence, exactly; scale None = K^-1/2 */
+    long long repeat; /* run_pool_loop(): linattn_run this many times (else once) */
 } pool_args;
 
-/* A C-contiguous 1-d or 2-d integer array of `itemsize` bytes. */
-static int acquire_ints(PyObject *obj, const char *name, Py_ssize_t itemsize, Py_buffer *b)
+/* A C-contiguous 1-d or 2-d integer array (numpy, or a torch tensor read in
+ * place: converting a decode step's slot tensor cost more than the step's
+ * Python layer) of `itemsize` bytes; *count gets its number of entries. */
+static int acquire_index(PyObject *obj, const char *name, int itemsize, view *v,
+                         Py_ssize_t *count)
 {
-    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+    v->held = 0;
+    const int t = PyObject_CheckBuffer(obj) ? 0 : is_tensor(obj);
+    if (t < 0)
         return -1;
-    const char *f = b->format ? b->format : "B";
-    if (*f == '<' || *f == '=' || *f == '@')
-        f++;
-    const int integer = strchr("bhilqBHILQ", *f) != NULL && f[1] == 0;
-    if (!integer || b->itemsize != itemsize) {
-        PyErr_Format(PyExc_TypeError, "%s: expected int%d, got %s", name, (int)itemsize * 8,
-                     b->format ? b->format : "?");
-        PyBuffer_Release(b);
-        return -1;
+    if (t == 1) {
+        if (tensor_view(obj, name, itemsize == 4 ? T_I32 : T_I64, v) != 0)
+            return -1;
+    } else {
+        if (PyObject_GetBuffer(obj, &v->buf, PyBUF_STRIDES | PyBUF_FORMAT) != 0)
+            return -1;
+        v->held = 1;
+        const char *f = v->buf.format ? v->buf.format : "B";
+        if (*f == '<' || *f == '=' || *f == '@')
+            f++;
+        if (strchr("bhilqBHILQ", *f) == NULL || f[1] != 0 || v->buf.itemsize != itemsize) {
+            PyErr_Format(PyExc_TypeError, "%s: expected int%d, got %s", name, itemsize * 8,
+                         dtype_name(v->buf.format));
+            goto fail;
+        }
     }
+    if (v->buf.ndim != 1 && v->buf.ndim != 2) {
+        PyErr_Format(PyExc_ValueError, "%s: expected 1 or 2 dimensions, got %d", name,
+                     v->buf.ndim);
+        goto fail;
+    }
+    Py_ssize_t n = 1;
+    for (int i = v->buf.ndim - 1; i >= 0; i--) {
+        if (v->buf.shape[i] > 1 && v->buf.strides[i] != n * itemsize) {
+            PyErr_Format(PyExc_ValueError, "%s: must be C-contiguous", name);
+            goto fail;
+        }
+        n *= v->buf.shape[i];
+    }
+    *count = n;
     return 0;
+fail:
+    release(v);
+    return -1;
 }
 
 static int compute(PyObject *const *args, const pool_args *pa)
@@ -579,7 +634,9 @@ static int compute(PyObject *const *args, const pool_args *pa)
         choose(args[A_BETA_ACT], "beta_act", beta_acts, &beta_act))
         return -1;
     const double lower = args[A_LOWER] == Py_None ? 0.0 : PyFloat_AsDouble(args[A_LOWER]);
-    const double eps = PyFloat_AsDouble(args[15]), scale = PyFloat_AsDouble(args[16]);
+    const int default_scale = pa && pa->decode && args[A_SCALE] == Py_None;
+    const double eps = PyFloat_AsDouble(args[15]);
+    double scale = default_scale ? 0.0 : PyFloat_AsDouble(args[16]);
     if (PyErr_Occurred())
         return -1;
 
@@ -622,14 +679,17 @@ static int compute(PyObject *const *args, const pool_args *pa)
     alog.held = dtb.held = 0;
     int ret = -1;
     linattn_state_pool pool = {0};
-    Py_buffer ib[4];
-    int ib_held[4] = {0, 0, 0, 0};
+    view ib[4];
+    Py_ssize_t ib_n[4] = {0, 0, 0, 0};
+    ib[0].held = ib[1].held = ib[2].held = ib[3].held = 0;
     if (acquire_t(args[2], "q", qk_axes, qk_shape, 0, T_ANY, &q) ||
         acquire_t(args[3], "k", qk_axes, qk_shape, 0, T_ANY, &k) ||
         acquire_t(args[4], "v", qk_axes, v_shape, 0, T_ANY, &v) ||
         acquire_t(args[7], "o", qk_axes, v_shape, 1, T_ANY, &o))
         goto done;
     const int64_t B = q.n[0], Hq = q.n[1], T = q.n[2], dk = q.n[3];
+    if (default_scale)
+        scale = pow((double)dk, -0.5); /* fla's default, as Python's K ** -0.5 */
     const int64_t H = v.n[1], dv = v.n[3];
     if (same(&k, "k", "batch", 0, B) || same(&k, "k", "heads", 1, Hq) ||
         same(&k, "k", "tokens", 2, T) || same(&k, "k", "K", 3, dk) ||
@@ -777,23 +837,27 @@ static int compute(PyObject *const *args, const pool_args *pa)
         static const char *const names[4] = {"read slots", "write slots", "snapshot slots",
                                              "cu_seqlens"};
         for (int i = 0; i < 4; i++)
-            if (objs[i] != Py_None) {
-                if (acquire_ints(objs[i], names[i], i == 3 ? 8 : 4, &ib[i]))
-                    goto done;
-                ib_held[i] = 1;
-            }
-        nseq = ib_held[3] ? (int64_t)(ib[3].len / 8) - 1 : B;
+            if (objs[i] != Py_None &&
+                acquire_index(objs[i], names[i], i == 3 ? 8 : 4, &ib[i], &ib_n[i]))
+                goto done;
+        nseq = ib[3].held ? (int64_t)ib_n[3] - 1 : B;
+        if (pa->decode && (!ib[0].held || ib[0].buf.ndim != 1 || ib_n[0] != nseq)) {
+            PyErr_Format(PyExc_ValueError, "ssm_state_indices: expected [%lld] slots",
+                         (long long)nseq);
+            goto done;
+        }
+        const int64_t per_seq[3] = {1, 1, ib[2].held && ib[2].buf.ndim == 2 ? ib[2].buf.shape[1] : 1};
         for (int i = 0; i < 3; i++)
-            if (ib_held[i] && ib[i].len / 4 < nseq * (i == 2 ? (int64_t)(ib[2].ndim == 2 ? ib[2].shape[1] : 1) : 1)) {
+            if (ib[i].held && ib_n[i] < nseq * per_seq[i]) {
                 PyErr_Format(PyExc_ValueError, "%s: %zd entries for %lld sequences", names[i],
-                             ib[i].len / 4, (long long)nseq);
+                             ib_n[i], (long long)nseq);
                 goto done;
             }
-        pool.read_slots = ib_held[0] ? ib[0].buf : NULL;
-        pool.write_slots = ib_held[1] ? ib[1].buf : NULL;
-        if (ib_held[2]) {
-            pool.snapshot_slots = ib[2].buf;
-            pool.snapshots = ib[2].ndim == 2 ? ib[2].shape[1] : 1;
+        pool.read_slots = ib[0].held ? ib[0].buf.buf : NULL;
+        pool.write_slots = ib[1].held ? ib[1].buf.buf : NULL;
+        if (ib[2].held) {
+            pool.snapshot_slots = ib[2].buf.buf;
+            pool.snapshots = per_seq[2];
         }
     }
     if (pa || typed) {
@@ -805,10 +869,13 @@ static int compute(PyObject *const *args, const pool_args *pa)
         ops.pool = pa && sp ? &pool : NULL;
         ops.A_log = alog.held ? alog.buf.buf : NULL;
         ops.dt_bias = dtb.held ? dtb.buf.buf : NULL;
-        if (ib_held[3])
-            ops.cu_seqlens = ib[3].buf, ops.num_seqs = nseq;
+        if (ib[3].held)
+            ops.cu_seqlens = ib[3].buf.buf, ops.num_seqs = nseq;
+        const long long repeat = pa && pa->repeat > 1 ? pa->repeat : 1;
         Py_BEGIN_ALLOW_THREADS
         st = linattn_run((linattn_op)kind, &cfg, &ops);
+        for (long long i = 1; i < repeat && st == LINATTN_OK; i++)
+            st = linattn_run((linattn_op)kind, &cfg, &ops);
         Py_END_ALLOW_THREADS
     } else {
     Py_BEGIN_ALLOW_THREADS
@@ -835,8 +902,7 @@ static int compute(PyObject *const *args, const pool_args *pa)
     ret = 0;
 done:
     for (int i = 0; i < 4; i++)
-        if (ib_held[i])
-            PyBuffer_Release(&ib[i]);
+        release(&ib[i]);
     release(&q);
     release(&k);
     release(&v);
@@ -875,10 +941,148 @@ static PyObject *run_pool(PyObject *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     const pool_args pa = {args[N_ARGS], args[N_ARGS + 1], args[N_ARGS + 2], args[N_ARGS + 3],
-                          PyObject_IsTrue(args[N_ARGS + 4])};
+                          PyObject_IsTrue(args[N_ARGS + 4]), 0, 1};
     if (compute(args, &pa) != 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* run_pool_loop(n, *run_pool's arguments): seconds for n bare linattn_run
+ * calls on arguments read once: what a decode step costs in C, against
+ * which the benchmarks measure the Python layers. */
+static PyObject *run_pool_loop(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    long long n;
+    if (nargs != N_ARGS + 6) {
+        PyErr_Format(PyExc_TypeError, "run_pool_loop() takes %d positional arguments",
+                     N_ARGS + 6);
+        return NULL;
+    }
+    if (as_long(args[0], "n", 1, LLONG_MAX, &n))
+        return NULL;
+    args++;
+    const pool_args pa = {args[N_ARGS], args[N_ARGS + 1], args[N_ARGS + 2], args[N_ARGS + 3],
+                          PyObject_IsTrue(args[N_ARGS + 4]), 0, n};
+    PyObject *time = PyImport_ImportModule("time");
+    PyObject *clock = time ? PyObject_GetAttrString(time, "perf_counter") : NULL;
+    Py_XDECREF(time);
+    if (clock == NULL)
+        return NULL;
+    PyObject *t0 = PyObject_CallNoArgs(clock), *ret = NULL;
+    if (t0 && compute(args, &pa) == 0) {
+        PyObject *t1 = PyObject_CallNoArgs(clock);
+        if (t1)
+            ret = PyFloat_FromDouble(PyFloat_AsDouble(t1) - PyFloat_AsDouble(t0));
+        Py_XDECREF(t1);
+    }
+    Py_XDECREF(t0);
+    Py_DECREF(clock);
+    return ret;
+}
+
+/* Constants of in_place()'s call, made once. */
+static PyObject *k_bthd, *k_identity, *k_grouped, *k_eps, *k_zero, *k_memory_format,
+    *s_requires_grad, *np_empty_like;
+
+/* A new output like v (fla's o = empty_like(v)) of q's kind: a C-contiguous
+ * tensor, or a numpy array; None when q and v are not both one or the other,
+ * NULL with an exception set on failure. */
+static PyObject *output_like(PyObject *q, PyObject *v)
+{
+    const int tq = is_tensor(q), tv = tq < 0 ? -1 : is_tensor(v);
+    if (tv < 0)
+        return NULL;
+    if (tq && tv) {
+        PyObject *const argv[2] = {v, torch_contiguous};
+        return PyObject_Vectorcall(torch_empty_like, argv, 1, k_memory_format);
+    }
+    if (tq || tv || !PyObject_CheckBuffer(q) || !PyObject_CheckBuffer(v))
+        Py_RETURN_NONE;
+    if (np_empty_like == NULL) {
+        PyObject *np = PyImport_ImportModule("numpy");
+        if (np == NULL)
+            return NULL;
+        np_empty_like = PyObject_GetAttrString(np, "empty_like");
+        Py_DECREF(np);
+        if (np_empty_like == NULL)
+            return NULL;
+    }
+    return PyObject_CallOneArg(np_empty_like, v);
+}
+
+/* 1 when one of the tensors needs a gradient and autograd is on, 0 when
+ * not, -1 on error. */
+static int needs_grad(PyObject *const *xs, int n)
+{
+    int enabled = -2; /* not asked yet: numpy-only calls never ask */
+    for (int i = 0; i < n; i++) {
+        const int t = xs[i] == Py_None ? 0 : is_tensor(xs[i]);
+        if (t <= 0) {
+            if (t < 0)
+                return -1;
+            continue;
+        }
+        if (enabled == -2) {
+            PyObject *on = PyObject_CallNoArgs(torch_grad_enabled);
+            enabled = on ? PyObject_IsTrue(on) : -1;
+            Py_XDECREF(on);
+        }
+        if (enabled != 1)
+            return enabled;
+        PyObject *r = PyObject_GetAttr(xs[i], s_requires_grad);
+        const int yes = r ? PyObject_IsTrue(r) : -1;
+        Py_XDECREF(r);
+        if (yes != 0)
+            return yes;
+    }
+    return 0;
+}
+
+/* in_place(kind, q, k, v, g, gate, beta, scale, pool, slots, v_first,
+ * qk_l2norm, algo, gate_act, gate_lower_bound, beta_act, A_log, dt_bias):
+ * a serving engine's decode call of the fla-style functions (bthd inputs,
+ * the state pool updated in place, one int32 slot per sequence), with the
+ * Python layer's part done here, where it costs a fraction: returns o, or
+ * None when the call needs that layer (an operand to convert or copy, a
+ * tensor that needs a gradient, or any fault, which the layer then finds
+ * and names in its own words). Nothing is written unless o is returned. */
+static PyObject *in_place(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 18) {
+        PyErr_SetString(PyExc_TypeError, "in_place() takes 18 positional arguments");
+        return NULL;
+    }
+    if (a[8] == Py_None) /* no pool: the layer says what is missing */
+        Py_RETURN_NONE;
+    PyObject *const graded[5] = {a[1], a[2], a[3], a[4], a[6]}; /* q k v g beta */
+    if (needs_grad(graded, 5) != 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *o = output_like(a[1], a[3]);
+    if (o == NULL || o == Py_None) {
+        PyErr_Clear();
+        Py_XDECREF(o);
+        Py_RETURN_NONE;
+    }
+    PyObject *const args[N_ARGS] = {
+        [A_KIND] = a[0], [A_LAYOUT] = k_bthd, [A_Q] = a[1], [A_K] = a[2], [A_V] = a[3],
+        [A_G] = a[4], [A_BETA] = a[6], [A_O] = o, [A_S] = a[8], [A_Z] = Py_None,
+        [A_GATE] = a[5], [A_PHI] = k_identity, [A_ALGO] = a[12], [A_CAUSAL] = Py_True,
+        [A_NORMALIZE] = Py_False, [A_EPS] = k_eps, [A_SCALE] = a[7], [A_CHUNK] = k_zero,
+        [A_THREADS] = k_zero, [A_HEAD_MAP] = k_grouped, [A_L2] = a[11], [A_ZC] = Py_False,
+        [A_GATE_ACT] = a[13], [A_LOWER] = a[14], [A_BETA_ACT] = a[15], [A_ALOG] = a[16],
+        [A_DTBIAS] = a[17]};
+    const int vfirst = PyObject_IsTrue(a[10]);
+    const pool_args pa = {a[9], Py_None, Py_None, Py_None, vfirst, 1, 1};
+    if (vfirst < 0 || compute(args, &pa) != 0) {
+        PyErr_Clear();
+        Py_DECREF(o);
+        Py_RETURN_NONE;
+    }
+    return o;
 }
 
 /* linattn.step itself. A Python function in front of run() cost as much
@@ -1144,6 +1348,10 @@ static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "Run one linattn entry point."},
     {"run_pool", (PyCFunction)(void (*)(void))run_pool, METH_FASTCALL,
      "linattn_run with a state pool, slots and packed sequences."},
+    {"run_pool_loop", (PyCFunction)(void (*)(void))run_pool_loop, METH_FASTCALL,
+     "Time n bare linattn_run calls of one run_pool call."},
+    {"in_place", (PyCFunction)(void (*)(void))in_place, METH_FASTCALL,
+     "The fla-style functions' decode into a pool in place; o, or None for the general path."},
     {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL | METH_KEYWORDS, step_doc},
     {"set_output_maker", set_output_maker, METH_O,
      "The function step() calls as f(q, v) for an output when o is None."},
@@ -1171,7 +1379,13 @@ PyMODINIT_FUNC PyInit__ext(void)
         !(s_is_contiguous = PyUnicode_InternFromString("is_contiguous")) ||
         !(s_stride = PyUnicode_InternFromString("stride")) ||
         !(s_data_ptr = PyUnicode_InternFromString("data_ptr")) ||
-        !(s_device = PyUnicode_InternFromString("device")))
+        !(s_device = PyUnicode_InternFromString("device")) ||
+        !(s_requires_grad = PyUnicode_InternFromString("requires_grad")) ||
+        !(k_bthd = PyUnicode_InternFromString("bthd")) ||
+        !(k_identity = PyUnicode_InternFromString("identity")) ||
+        !(k_grouped = PyUnicode_InternFromString("grouped")) ||
+        !(k_eps = PyFloat_FromDouble(1e-10)) || !(k_zero = PyLong_FromLong(0)) ||
+        !(k_memory_format = Py_BuildValue("(s)", "memory_format")))
         return NULL;
     for (size_t i = 0; i < sizeof all_choices / sizeof *all_choices; i++)
         for (choice *p = all_choices[i]; p->name; p++)

@@ -73,10 +73,11 @@ def _flip(x):
     return torch.flip(x, [1]) if torch else np.ascontiguousarray(x[:, ::-1])
 
 
-def _check_grad(**tensors):
+def _check_grad(q, k, v, g, beta):
+    """A tensor that needs a gradient is refused: linattn has no backward."""
     torch = sys.modules.get('torch')
     if torch is not None and torch.is_grad_enabled():
-        for name, x in tensors.items():
+        for name, x in (('q', q), ('k', k), ('v', v), ('g', g), ('beta', beta)):
             if isinstance(x, torch.Tensor) and x.requires_grad:
                 raise RuntimeError(_no_backward(name))
 
@@ -112,7 +113,7 @@ def _rows(x):
             return x
         return np.ascontiguousarray(x)
     try:  # a torch tensor; anything else goes on to the extension, which names it
-        if x.stride(-1) == 1 or x.shape[-1] <= 1:
+        if x.is_contiguous() or x.stride(-1) == 1 or x.shape[-1] <= 1:
             return x
     except (AttributeError, TypeError, IndexError, RuntimeError):
         return x
@@ -161,11 +162,32 @@ def _kind_of(x, q):
 _I32, _I64 = np.dtype(np.int32), np.dtype(np.int64)
 
 
-def _ints(x, name, dtype):
-    """x as a C-contiguous numpy integer array (a copy only to change dtype)."""
+class _TorchInts(dict):
+    """numpy integer dtype -> torch's, read once torch is imported."""
+
+    def get(self, dtype):
+        if not self:
+            torch = sys.modules.get('torch')
+            if torch is None:
+                return None
+            self.update({_I32: torch.int32, _I64: torch.int64})
+        return dict.get(self, dtype)
+
+
+_TORCH_INTS = _TorchInts()
+
+
+def _ints(x, name, dtype, tensor_ok=False):
+    """x as a C-contiguous numpy integer array (a copy only to change dtype).
+    tensor_ok: a C-contiguous CPU torch tensor of that dtype is returned as
+    it is, for the extension to read in place (converting it cost a decode
+    step 2 us)."""
     if type(x) is np.ndarray and x.dtype == dtype and x.flags.c_contiguous and x.ndim in (1, 2):
         return x  # the decode loop's case: no numpy call
     if not isinstance(x, np.ndarray) and hasattr(x, 'numpy'):
+        if (tensor_ok and x.dtype == _TORCH_INTS.get(dtype) and x.ndim in (1, 2)
+                and x.is_contiguous()):
+            return x  # the extension refuses it if it is not on the CPU
         x = x.detach().numpy()
     a = np.ascontiguousarray(x, dtype=dtype)
     if a.ndim not in (1, 2):
@@ -176,14 +198,15 @@ def _ints(x, name, dtype):
 def _bthd_shape(q, v, scale):
     """B, T, K, H (value heads), V of fla's [B, T, H, D] q and v, and the
     scale (fla's default K ** -0.5 for None)."""
-    for name, x in (('q', q), ('v', v)):
-        if not hasattr(x, 'ndim') or not hasattr(x, 'shape'):
-            raise TypeError(f'{name}: expected a numpy array or CPU torch tensor, '
-                            f'got {type(x).__name__}')
-    if q.ndim != 4 or v.ndim != 4:
+    if getattr(q, 'ndim', None) != 4 or getattr(v, 'ndim', None) != 4:
+        for name, x in (('q', q), ('v', v)):
+            if not hasattr(x, 'ndim') or not hasattr(x, 'shape'):
+                raise TypeError(f'{name}: expected a numpy array or CPU torch tensor, '
+                                f'got {type(x).__name__}')
         raise ValueError(f'q, k, v: expected [B, T, H, D] arrays, got q {q.shape}, v {v.shape}')
     B, T, _, K = q.shape
-    return B, T, K, v.shape[2], v.shape[3], K ** -0.5 if scale is None else scale
+    _, _, H, V = v.shape
+    return B, T, K, H, V, K ** -0.5 if scale is None else scale
 
 
 _NO_ACT = ('none', None, 'none', None, None)  # gate_act, lower bound, beta_act, A_log, dt_bias
@@ -194,8 +217,7 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
               ssm_state_indices, num_accepted_tokens, inplace_final_state, act):
     """One linattn_run call: the state as a pool addressed by strides (no
     copy in place), slots from vLLM's index forms, cu_seqlens in C."""
-    _check_grad(q=q, k=k, v=v, g=g, beta=beta)
-    torch_out = _torch_of(q) is not None
+    _check_grad(q, k, v, g, beta)
     B, T, K, H, V, scale = _bthd_shape(q, v, scale)
     cu = None
     if cu_seqlens is not None:
@@ -203,7 +225,7 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
             raise ValueError(f'The batch size is expected to be 1 rather than {B} when using '
                              f'`cu_seqlens`. Please flatten variable-length inputs before '
                              f'processing.')
-        cu = _ints(cu_seqlens, 'cu_seqlens', _I64)
+        cu = _ints(cu_seqlens, 'cu_seqlens', _I64, True)
     N = B if cu is None else len(cu) - 1
     pool, zpool = initial_state, None
     if isinstance(pool, tuple):
@@ -212,7 +234,7 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
     if ssm_state_indices is not None:
         if pool is None:
             raise ValueError('ssm_state_indices needs initial_state: the state pool')
-        idx = _ints(ssm_state_indices, 'ssm_state_indices', _I32)
+        idx = _ints(ssm_state_indices, 'ssm_state_indices', _I32, True)
         if idx.shape[0] != N:
             raise ValueError(f'ssm_state_indices: {idx.shape[0]} rows for {N} sequences')
         if idx.ndim == 1:
@@ -220,6 +242,7 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
         else:
             # vLLM's [N, K] form: read the slot of the last accepted token;
             # the state after token j goes to idx[n, j], nothing else is written
+            idx = _ints(idx, 'ssm_state_indices', _I32)
             Ks = idx.shape[1]
             if num_accepted_tokens is None:
                 rd = np.ascontiguousarray(idx[:, 0])
@@ -229,7 +252,7 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
                     raise ValueError(f'num_accepted_tokens: expected [{N}] values in 1..{Ks}')
                 rd = np.ascontiguousarray(idx[np.arange(N), acc - 1])
             wr = np.full(N, -1, np.int32)
-            lens = np.full(N, T, np.int64) if cu is None else np.diff(cu)
+            lens = np.full(N, T, np.int64) if cu is None else np.diff(_ints(cu, 'cu_seqlens', _I64))
             if (lens > Ks).any():
                 raise ValueError(f'ssm_state_indices [N, {Ks}]: a sequence has more than '
                                  f'{Ks} tokens')
@@ -263,7 +286,7 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
             if not inplace_final_state:
                 z = np.array(z, np.float32)
             z = z.reshape(slots, H, K)
-    o = _out(q, v, (B, T, H, V))
+    o = _out(q, v)  # [B, T, H, V], as v
     _ext.run_pool(kind, _BTHD, q, k, v, g, beta, o, pool, z, gate, 'identity', algo, True,
                   normalize, 1e-10, float(scale), chunk, 0, 'grouped', qk_l2norm, False, *act,
                   rd, wr, snap, cu, state_v_first)
@@ -273,7 +296,7 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
     elif output_final_state:
         final = _kind_of(pool, q)
         if normalize:
-            final = (final, wrap(z.reshape(-1, 1, H, K), torch_out))
+            final = (final, wrap(z.reshape(-1, 1, H, K), _torch_of(q) is not None))
     return o, final
 
 
@@ -281,6 +304,14 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
          output_final_state=False, cu_seqlens=None, normalize=False, reverse=False,
          state_v_first=False, qk_l2norm=False, chunk=0, algo='auto', ssm_state_indices=None,
          num_accepted_tokens=None, inplace_final_state=False, act=_NO_ACT):
+    if (inplace_final_state and ssm_state_indices is not None and cu_seqlens is None
+            and num_accepted_tokens is None and not normalize and not reverse and not chunk):
+        # a serving engine's decode step: the extension does this layer's
+        # work when no operand needs converting, else it returns None
+        o = _ext.in_place(kind, q, k, v, g, gate, beta, scale, initial_state,
+                          ssm_state_indices, state_v_first, qk_l2norm, algo, *act)
+        if o is not None:
+            return o, initial_state
     g = _as_f32(g, 'g')
     # operands whose last dimension is a feature row: q, k [.., K], v [.., V]
     # and a per-channel gate [.., K]; beta and a per-token or per-head gate
@@ -296,7 +327,7 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
                          output_final_state, cu_seqlens, normalize, state_v_first, qk_l2norm,
                          chunk, algo, ssm_state_indices, num_accepted_tokens,
                          inplace_final_state, act)
-    _check_grad(q=q, k=k, v=v, g=g, beta=beta)
+    _check_grad(q, k, v, g, beta)
     torch_out = _torch_of(q) is not None
     B, T, K, H, V, scale = _bthd_shape(q, v, scale)
     segs = _segments(cu_seqlens, B, T)
@@ -324,7 +355,7 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
                                  f'got {z0.dtype} {list(z0.shape)}')
             z = np.array(z0.reshape(N, H, K), np.float32, order='C')
 
-    o = _out(q, v, (B, T, H, V))
+    o = _out(q, v)  # [B, T, H, V], as v
     timed = gate in ('token', 'channel')  # g has a token axis to cut and flip
 
     def call(sl, n):
@@ -444,11 +475,13 @@ def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_stat
     """fla.ops.linear_attn.chunk_linear_attn. With normalize, o is divided by
     q . (sum of k) + 1e-10 and the state is the pair (S [N, H, K, V],
     z [N, 1, H, K])."""
-    _kwargs('chunk_linear_attn', kwargs)
+    if kwargs:
+        _kwargs('chunk_linear_attn', kwargs)
     return _run(_FORWARD, q, k, v, scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                 normalize=normalize, algo='auto',
-                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
+                inplace_final_state=inplace_final_state)
 
 
 def fused_recurrent_linear_attn(q, k, v, scale=None, initial_state=None,
@@ -457,11 +490,13 @@ def fused_recurrent_linear_attn(q, k, v, scale=None, initial_state=None,
                                 ssm_state_indices=None, num_accepted_tokens=None,
                                 inplace_final_state=False, **kwargs):
     """fla.ops.linear_attn.fused_recurrent_linear_attn (normalize off by default)."""
-    _kwargs('fused_recurrent_linear_attn', kwargs)
+    if kwargs:
+        _kwargs('fused_recurrent_linear_attn', kwargs)
     return _run(_FORWARD, q, k, v, scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                 normalize=normalize, reverse=reverse, algo='recurrent',
-                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
+                inplace_final_state=inplace_final_state)
 
 
 # --- gated linear attention -------------------------------------------------
@@ -489,7 +524,8 @@ def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=No
                      inplace_final_state=False, **kwargs):
     """fla.ops.simple_gla.chunk_simple_gla: g [B, T, H] per-token log-decay
     and/or g_gamma [H] per-head log-decay."""
-    _kwargs('chunk_simple_gla', kwargs, ('chunk_size',))
+    if kwargs:
+        _kwargs('chunk_simple_gla', kwargs, ('chunk_size',))
     return _simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state,
                        state_v_first, cu_seqlens, False, 'auto',
                        kwargs.get('chunk_size') or 0,
@@ -502,7 +538,8 @@ def fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initia
                                ssm_state_indices=None, num_accepted_tokens=None,
                                inplace_final_state=False, **kwargs):
     """fla.ops.simple_gla.fused_recurrent_simple_gla."""
-    _kwargs('fused_recurrent_simple_gla', kwargs)
+    if kwargs:
+        _kwargs('fused_recurrent_simple_gla', kwargs)
     return _simple_gla(q, k, v, g, g_gamma, scale, initial_state, output_final_state,
                        state_v_first, cu_seqlens, reverse, 'recurrent', 0,
                        _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
@@ -512,11 +549,13 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
               state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
               ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
     """fla.ops.gla.chunk_gla: g [B, T, H, K] per-channel log-decay."""
-    _kwargs('chunk_gla', kwargs)
+    if kwargs:
+        _kwargs('chunk_gla', kwargs)
     return _run(_FORWARD, q, k, v, g, 'channel', scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                 state_v_first=state_v_first, algo='auto',
-                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
+                inplace_final_state=inplace_final_state)
 
 
 def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=None,
@@ -526,14 +565,16 @@ def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=Non
                         inplace_final_state=False, **kwargs):
     """fla.ops.gla.fused_recurrent_gla: gk [B, T, H, K]; gv (value-channel
     decay) is not supported."""
-    _kwargs('fused_recurrent_gla', kwargs)
+    if kwargs:
+        _kwargs('fused_recurrent_gla', kwargs)
     if gv is not None:
         raise NotImplementedError('gv (a decay per value channel) is not supported by linattn')
     return _run(_FORWARD, q, k, v, gk, 'channel' if gk is not None else 'none', scale=scale,
                 initial_state=initial_state, output_final_state=output_final_state,
                 cu_seqlens=cu_seqlens, reverse=reverse, state_v_first=state_v_first,
                 algo='recurrent',
-                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
+                inplace_final_state=inplace_final_state)
 
 
 def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=False,
@@ -542,13 +583,15 @@ def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=
                     inplace_final_state=False, **kwargs):
     """fla.ops.retention.chunk_retention: RetNet's fixed per-head decays,
     log(1 - 2 ** (-5 - h)) for head h."""
-    _kwargs('chunk_retention', kwargs, ('chunk_size',))
+    if kwargs:
+        _kwargs('chunk_retention', kwargs, ('chunk_size',))
     H = q.shape[2]
     g_gamma = np.log(1 - np.float32(2) ** (-5 - np.arange(H, dtype=np.float32)))
     return _run(_FORWARD, q, k, v, g_gamma.astype(np.float32), 'head', scale=scale,
                 initial_state=initial_state, output_final_state=output_final_state,
                 cu_seqlens=cu_seqlens, algo='auto', chunk=kwargs.get('chunk_size') or 0,
-                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
+                inplace_final_state=inplace_final_state)
 
 
 # --- delta rule -------------------------------------------------------------
@@ -562,7 +605,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                            inplace_final_state=False, **kwargs):
     """fla.ops.gated_delta_rule.chunk_gated_delta_rule (Gated DeltaNet):
     q, k [B, T, H, K], v [B, T, HV, V], g and beta [B, T, HV]."""
-    _kwargs('chunk_gated_delta_rule', kwargs, ('use_gate_in_kernel', 'A_log', 'dt_bias'))
+    if kwargs:
+        _kwargs('chunk_gated_delta_rule', kwargs, ('use_gate_in_kernel', 'A_log', 'dt_bias'))
     if cp_context is not None:
         raise NotImplementedError('cp_context (context parallelism) is not supported')
     gact = None
@@ -572,7 +616,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
     return _run(_DELTA_FORWARD, q, k, v, g, 'token', beta, scale, initial_state,
                 output_final_state, cu_seqlens, state_v_first=state_v_first,
                 qk_l2norm=use_qk_l2norm_in_kernel, algo='auto', act=_act(gact, bact),
-                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
+                inplace_final_state=inplace_final_state)
 
 
 def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None,
@@ -585,7 +630,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                      inplace_final_state=False, **kwargs):
     """fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule: g [B, T, HV]
     and/or gk [B, T, HV, K]; beta None means ones; gv is not supported."""
-    _kwargs('fused_recurrent_gated_delta_rule', kwargs)
+    if kwargs:
+        _kwargs('fused_recurrent_gated_delta_rule', kwargs)
     if gv is not None:
         raise NotImplementedError('gv (a decay per value channel) is not supported by linattn')
     gact = None
@@ -604,7 +650,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
     return _run(_DELTA_FORWARD, q, k, v, g, gate, beta, scale, initial_state,
                 output_final_state, cu_seqlens, state_v_first=state_v_first,
                 qk_l2norm=use_qk_l2norm_in_kernel, algo='recurrent', act=_act(gact, bact),
-                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
+                inplace_final_state=inplace_final_state)
 
 
 def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False,
@@ -613,11 +660,13 @@ def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final
                      ssm_state_indices=None, num_accepted_tokens=None,
                      inplace_final_state=False, **kwargs):
     """fla.ops.delta_rule.chunk_delta_rule (DeltaNet): beta [B, T, H]."""
-    _kwargs('chunk_delta_rule', kwargs)
+    if kwargs:
+        _kwargs('chunk_delta_rule', kwargs)
     return _run(_DELTA_FORWARD, q, k, v, None, 'none', beta, scale, initial_state,
                 output_final_state, cu_seqlens, qk_l2norm=use_qk_l2norm_in_kernel,
                 algo='auto',
-                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
+                inplace_final_state=inplace_final_state)
 
 
 def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None, initial_state=None,
@@ -626,12 +675,14 @@ def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None, initial_state=Non
                                ssm_state_indices=None, num_accepted_tokens=None,
                                inplace_final_state=False, **kwargs):
     """fla.ops.delta_rule.fused_recurrent_delta_rule: beta None means ones."""
-    _kwargs('fused_recurrent_delta_rule', kwargs)
+    if kwargs:
+        _kwargs('fused_recurrent_delta_rule', kwargs)
     beta = _beta(beta, q, v, False, False)[0]
     return _run(_DELTA_FORWARD, q, k, v, None, 'none', beta, scale, initial_state,
                 output_final_state, cu_seqlens, qk_l2norm=use_qk_l2norm_in_kernel,
                 algo='recurrent',
-                **_pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
+                ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
+                inplace_final_state=inplace_final_state)
 
 
 def _kda(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
@@ -656,7 +707,8 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
               inplace_final_state=False, **kwargs):
     """fla.ops.kda.chunk_kda (Kimi Delta Attention): g [B, T, HV, K]
     per-channel log-decay, beta [B, T, HV]."""
-    _kwargs('chunk_kda', kwargs, ('A_log', 'dt_bias', 'chunk_size'))
+    if kwargs:
+        _kwargs('chunk_kda', kwargs, ('A_log', 'dt_bias', 'chunk_size'))
     if cp_context is not None:
         raise NotImplementedError('cp_context (context parallelism) is not supported')
     if return_intermediate_states:
@@ -683,7 +735,8 @@ def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None,
                         ssm_state_indices=None, num_accepted_tokens=None,
                         inplace_final_state=False, **kwargs):
     """fla.ops.kda.fused_recurrent_kda."""
-    _kwargs('fused_recurrent_kda', kwargs)
+    if kwargs:
+        _kwargs('fused_recurrent_kda', kwargs)
     return _kda(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
                 use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
                 allow_neg_eigval, lower_bound, state_v_first, cu_seqlens, 'recurrent',

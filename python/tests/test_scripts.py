@@ -28,7 +28,7 @@ def run(script, *args):
 
 def test_bench_pool_decode():
     out = run('benchmarks/bench_pool_decode.py', 1, 2, 1, 8)
-    assert '_ext.run_pool, V-first pool' in out
+    assert '_ext.run_pool, V-first pool' in out and 'C linattn_run, V-first pool' in out
 
 
 def test_bench_overhead():

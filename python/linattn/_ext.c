@@ -846,7 +846,8 @@ static int compute(PyObject *const *args, const pool_args *pa)
                          (long long)nseq);
             goto done;
         }
-        const int64_t per_seq[3] = {1, 1, ib[2].held && ib[2].buf.ndim == 2 ? ib[2].buf.shape[1] : 1};
+        const int64_t snaps = ib[2].held && ib[2].buf.ndim == 2 ? ib[2].buf.shape[1] : 1;
+        const int64_t per_seq[3] = {1, 1, snaps};
         for (int i = 0; i < 3; i++)
             if (ib[i].held && ib_n[i] < nseq * per_seq[i]) {
                 PyErr_Format(PyExc_ValueError, "%s: %zd entries for %lld sequences", names[i],
@@ -857,7 +858,7 @@ static int compute(PyObject *const *args, const pool_args *pa)
         pool.write_slots = ib[1].held ? ib[1].buf.buf : NULL;
         if (ib[2].held) {
             pool.snapshot_slots = ib[2].buf.buf;
-            pool.snapshots = per_seq[2];
+            pool.snapshots = snaps;
         }
     }
     if (pa || typed) {

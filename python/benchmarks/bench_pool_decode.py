@@ -6,8 +6,9 @@ inplace_final_state=True (one token, B sequences, one thread) against
     _ext.run_pool_loop): the floor;
   - the extension's run_pool with a preallocated o (the C call plus reading
     the arguments);
-  - linattn.delta_step on a contiguous K-first state of the same shape.
-For a K-first and a V-first pool, with numpy arrays and (when torch is
+  - linattn.delta_step on a contiguous K-first state of the same shape;
+and transformers' decode call (the cache's state in place, no slots). For
+a K-first and a V-first pool, with numpy arrays and (when torch is
 installed) torch tensors under torch.no_grad(), as a serving engine calls
 it. Rounds interleave the variants so a busy machine slows them alike; each
 keeps its best round (the layer's cost is a few microseconds beside a kernel
@@ -95,13 +96,20 @@ def one_shape(B, HV, HK, D, kind):
             lambda vf=v_first: linattn.fused_recurrent_gated_delta_rule(
                 q, k, v, g=g, beta=beta, initial_state=pools[vf], ssm_state_indices=slots,
                 inplace_final_state=True, state_v_first=vf, use_qk_l2norm_in_kernel=True))
+    # transformers' decode (the integration's call): the cache's own state
+    # [B, HV, K, V] in place, no slots; beside the K-first pool's C call
+    variants['fla function, cache state in place'] = loop(
+        lambda: linattn.fused_recurrent_gated_delta_rule(
+            q, k, v, g=g, beta=beta, initial_state=s, output_final_state=True,
+            inplace_final_state=True, use_qk_l2norm_in_kernel=True))
     small = HV * D * D <= 1 << 16
     best = best_per_call(variants, 2000 if small else 100, 40 if small else 15)
     print(f'B={B} HV={HV} HK={HK} D={D}, {kind}, one thread, best round (us per call)')
     for name, t in best.items():
         extra = ''
         if name.startswith('fla') or name.startswith('_ext'):
-            floor = best['C linattn_run, ' + name.split(', ')[1]]
+            pool = name.split(', ')[1]
+            floor = best['C linattn_run, ' + (pool if pool.endswith('pool') else 'K-first pool')]
             extra = f'   (+{(t - floor) * 1e6:.1f} us over the C call)'
         print(f'  {name:34s} {t * 1e6:9.2f}{extra}')
 

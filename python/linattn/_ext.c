@@ -841,9 +841,12 @@ static int compute(PyObject *const *args, const pool_args *pa)
                 acquire_index(objs[i], names[i], i == 3 ? 8 : 4, &ib[i], &ib_n[i]))
                 goto done;
         nseq = ib[3].held ? (int64_t)ib_n[3] - 1 : B;
-        if (pa->decode && (!ib[0].held || ib[0].buf.ndim != 1 || ib_n[0] != nseq)) {
-            PyErr_Format(PyExc_ValueError, "ssm_state_indices: expected [%lld] slots",
-                         (long long)nseq);
+        /* in_place(): one slot per sequence, or without slots a state per
+         * sequence, as the Python layer requires */
+        if (pa->decode && (ib[0].held ? ib[0].buf.ndim != 1 || ib_n[0] != nseq
+                                      : pool.slots != nseq)) {
+            PyErr_Format(PyExc_ValueError, "%s: expected %lld", ib[0].held
+                         ? "ssm_state_indices" : "initial_state: slots", (long long)nseq);
             goto done;
         }
         const int64_t snaps = ib[2].held && ib[2].buf.ndim == 2 ? ib[2].buf.shape[1] : 1;
@@ -1043,7 +1046,8 @@ static int needs_grad(PyObject *const *xs, int n)
 /* in_place(kind, q, k, v, g, gate, beta, scale, pool, slots, v_first,
  * qk_l2norm, algo, gate_act, gate_lower_bound, beta_act, A_log, dt_bias):
  * a serving engine's decode call of the fla-style functions (bthd inputs,
- * the state pool updated in place, one int32 slot per sequence), with the
+ * the state pool updated in place, one int32 slot per sequence, or slots
+ * None and a state per sequence, as transformers' cache passes it), with the
  * Python layer's part done here, where it costs a fraction: returns o, or
  * None when the call needs that layer (an operand to convert or copy, a
  * tensor that needs a gradient, or any fault, which the layer then finds

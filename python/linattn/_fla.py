@@ -304,10 +304,11 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
          output_final_state=False, cu_seqlens=None, normalize=False, reverse=False,
          state_v_first=False, qk_l2norm=False, chunk=0, algo='auto', ssm_state_indices=None,
          num_accepted_tokens=None, inplace_final_state=False, act=_NO_ACT):
-    if (inplace_final_state and ssm_state_indices is not None and cu_seqlens is None
-            and num_accepted_tokens is None and not normalize and not reverse and not chunk):
-        # a serving engine's decode step: the extension does this layer's
-        # work when no operand needs converting, else it returns None
+    if (inplace_final_state and cu_seqlens is None and num_accepted_tokens is None
+            and not normalize and not reverse and not chunk):
+        # a serving engine's (or transformers') decode step: the extension
+        # does this layer's work when no operand needs converting, else it
+        # returns None
         o = _ext.in_place(kind, q, k, v, g, gate, beta, scale, initial_state,
                           ssm_state_indices, state_v_first, qk_l2norm, algo, *act)
         if o is not None:

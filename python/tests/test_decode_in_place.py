@@ -68,11 +68,14 @@ K_FIRST_ONLY = ('chunk_delta_rule', 'fused_recurrent_delta_rule', 'fused_recurre
 @pytest.mark.parametrize('fn, v_first', [(f, vf) for f in FNS for vf in (False, True)
                                          if not (vf and f in K_FIRST_ONLY)])
 @pytest.mark.parametrize('T', [1, 2])
-def test_fast_path_gives_the_general_paths_bits(fn, v_first, T, monkeypatch):
+@pytest.mark.parametrize('slots', ['slots', 'a state per sequence'])
+def test_fast_path_gives_the_general_paths_bits(fn, v_first, T, slots, monkeypatch):
     B = 3
     q, k, v, kw = args_of(fn, B, T)
-    idx = np.array([4, -1, 0], np.int32)  # -1: a padding row
-    pool0 = f32(SLOTS, H, *((V, K) if v_first else (K, V)), lo=-0.3, hi=0.3)
+    # -1: a padding row; without slots (transformers' cache) sequence n is state n
+    idx = np.array([4, -1, 0], np.int32) if slots == 'slots' else None
+    pool0 = f32(SLOTS if slots == 'slots' else B, H, *((V, K) if v_first else (K, V)),
+                lo=-0.3, hi=0.3)
     fast = Spy(monkeypatch)
     pool = pool0.copy()
     o, st = run(fn, q, k, v, kw, pool, idx, v_first)
@@ -80,8 +83,12 @@ def test_fast_path_gives_the_general_paths_bits(fn, v_first, T, monkeypatch):
     Spy(monkeypatch, general=True)
     pool_g = pool0.copy()
     o_g, _ = run(fn, q, k, v, kw, pool_g, idx, v_first)
-    np.testing.assert_array_equal(o[[0, 2]], o_g[[0, 2]])  # a padding row's o is not written
     np.testing.assert_array_equal(pool, pool_g)
+    if idx is None:
+        np.testing.assert_array_equal(o, o_g)
+        assert not np.array_equal(pool, pool0)
+        return
+    np.testing.assert_array_equal(o[[0, 2]], o_g[[0, 2]])  # a padding row's o is not written
     assert not np.array_equal(pool[4], pool0[4])
     np.testing.assert_array_equal(pool[[1, 2, 3, 5]], pool0[[1, 2, 3, 5]])
 
@@ -178,7 +185,7 @@ def test_torch_ways_back(monkeypatch):
 
 @pytest.mark.parametrize('case', ['slot out of range', 'one slot for two sequences',
                                   'two sequences, one slot', 'pool of the wrong shape',
-                                  'no pool'])
+                                  'no pool', 'no slots, a state too many'])
 def test_faults_write_nothing(case, monkeypatch):
     fn = 'fused_recurrent_gated_delta_rule'
     q, k, v, kw = args_of(fn, 2, 1)
@@ -192,6 +199,8 @@ def test_faults_write_nothing(case, monkeypatch):
         idx, err, match = np.array([3, 3], np.int32), Exception, 'both write slot 3'
     elif case == 'pool of the wrong shape':
         pool, err, match = f32(SLOTS, H, K + 1, V), ValueError, 'initial_state'
+    elif case == 'no slots, a state too many':
+        idx, pool, err, match = None, f32(3, H, V, K), ValueError, 'initial_state'
     else:
         err, match = ValueError, 'needs initial_state'
     pool0 = pool.copy()

@@ -986,8 +986,8 @@ static PyObject *run_pool_loop(PyObject *self, PyObject *const *args, Py_ssize_t
 }
 
 /* Constants of in_place()'s call, made once. */
-static PyObject *k_bthd, *k_identity, *k_grouped, *k_eps, *k_zero, *k_memory_format,
-    *s_requires_grad, *np_empty_like;
+static PyObject *k_bthd, *k_identity, *k_grouped, *k_eps, *k_zero, *k_memory_format, *k_order,
+    *k_order_c, *s_requires_grad, *np_empty_like;
 
 /* A new output like v (fla's o = empty_like(v)) of q's kind: a C-contiguous
  * tensor, or a numpy array; None when q and v are not both one or the other,
@@ -1012,7 +1012,8 @@ static PyObject *output_like(PyObject *q, PyObject *v)
         if (np_empty_like == NULL)
             return NULL;
     }
-    return PyObject_CallOneArg(np_empty_like, v);
+    PyObject *const argv[2] = {v, k_order_c}; /* C order, as the layer's np.empty */
+    return PyObject_Vectorcall(np_empty_like, argv, 1, k_order);
 }
 
 /* 1 when one of the tensors needs a gradient and autograd is on, 0 when
@@ -1390,7 +1391,9 @@ PyMODINIT_FUNC PyInit__ext(void)
         !(k_identity = PyUnicode_InternFromString("identity")) ||
         !(k_grouped = PyUnicode_InternFromString("grouped")) ||
         !(k_eps = PyFloat_FromDouble(1e-10)) || !(k_zero = PyLong_FromLong(0)) ||
-        !(k_memory_format = Py_BuildValue("(s)", "memory_format")))
+        !(k_memory_format = Py_BuildValue("(s)", "memory_format")) ||
+        !(k_order = Py_BuildValue("(s)", "order")) ||
+        !(k_order_c = PyUnicode_InternFromString("C")))
         return NULL;
     for (size_t i = 0; i < sizeof all_choices / sizeof *all_choices; i++)
         for (choice *p = all_choices[i]; p->name; p++)

@@ -84,6 +84,7 @@ def test_fast_path_gives_the_general_paths_bits(fn, v_first, T, slots, monkeypat
     pool_g = pool0.copy()
     o_g, _ = run(fn, q, k, v, kw, pool_g, idx, v_first)
     np.testing.assert_array_equal(pool, pool_g)
+    assert o.flags.c_contiguous and o.dtype == np.float32
     if idx is None:
         np.testing.assert_array_equal(o, o_g)
         assert not np.array_equal(pool, pool0)
@@ -133,12 +134,33 @@ def test_ways_back_give_the_same_result(case, monkeypatch):
         idx = [5, 2]
     elif case == 'float64 gate':
         kw = dict(kw, g=kw['g'].astype(np.float64))
+
     else:
         idx = np.array([5, 0, 2, 0], np.int32)[::2]
     spy = Spy(monkeypatch)
     pool = pool0.copy()
     o, _ = run(fn, q, k, v, kw, pool, idx, True)
     assert spy.taken == [False]
+    np.testing.assert_array_equal(o, want_o)
+    np.testing.assert_array_equal(pool, want_pool)
+
+
+def test_permuted_operands_are_taken_and_o_is_c_ordered(monkeypatch):
+    """q, k, v with contiguous rows in any order of the other axes are read
+    where they lie; o is C-ordered whatever v's layout, as fla's."""
+    fn = 'fused_recurrent_gated_delta_rule'
+    q, k, v, kw = args_of(fn, 3, 1)
+    idx = np.array([2, 0, 5], np.int32)
+    pool0 = f32(SLOTS, H, V, K, lo=-0.3, hi=0.3)
+    want_pool = pool0.copy()
+    want_o, _ = run(fn, q, k, v, kw, want_pool, idx, True)
+
+    def permuted(x):  # heads outermost in memory, rows still contiguous
+        return np.ascontiguousarray(x.transpose(2, 1, 0, 3)).transpose(2, 1, 0, 3)
+    spy = Spy(monkeypatch)
+    pool = pool0.copy()
+    o, _ = run(fn, permuted(q), permuted(k), permuted(v), kw, pool, idx, True)
+    assert spy.taken == [True] and o.flags.c_contiguous
     np.testing.assert_array_equal(o, want_o)
     np.testing.assert_array_equal(pool, want_pool)
 

@@ -164,7 +164,10 @@ static void state_store(const la_serve *sv, const la_stage_ops *st, int64_t slot
  * transposed 1.84, 1.75, 1.55, 1.53, 1.25, 1.14. Equal at 3; with the
  * transposes' panel prefetch, a second sweep put in place ahead at 3
  * (1.43 against 1.51) and behind at 4. */
-enum { VFIRST_MAX_T = 3 };
+#ifndef LA_VFIRST_MAX_T /* a variant build may set it, to measure either form */
+#define LA_VFIRST_MAX_T 3
+#endif
+enum { VFIRST_MAX_T = LA_VFIRST_MAX_T };
 
 /* A delta unit in place on a V-first pool: 1 when done, 0 when its call
  * runs chunked (nothing touched yet). */

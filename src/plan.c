@@ -159,10 +159,11 @@ static void state_store(const la_serve *sv, const la_stage_ops *st, int64_t slot
 /* Longest delta call on a V-first pool run in place on the V-first
  * recurrent kernels; longer ones are transposed onto the K-first kernels.
  * serve-bench pool_prefill T (B = 16, H = 32, dk = dv = 128, one thread,
- * Zen 3, medians of 4-5 interleaved runs, ratio to the contiguous call):
- * in place 0.94 (T = 1), 0.93 (2), 1.00 (3), 0.99 (4), 1.06 (6), 1.10 (8),
- * 1.14 (12), 1.18 (16), 1.20 (24); transposed 1.81, 1.75, 1.54, 1.52,
- * 1.39, 1.32, 1.21, 1.20, 1.13. Even at 16, the transposes ahead at 24. */
+ * Zen 3, medians of 5 interleaved runs, ratio to the contiguous call):
+ * in place 1.06 (T = 1), 0.98 (2), 1.02 (3), 1.00 (4), 1.06 (6), 1.08
+ * (8), 1.14 (12), 1.18 (16), 1.19 (24); transposed 1.87, 1.69, 1.58, 1.47,
+ * 1.36, 1.29, 1.20, 1.17, 1.13. Even at 16 (a second set: 1.18 against
+ * 1.20), the transposes ahead at 24. */
 #ifndef LA_VFIRST_MAX_T /* a variant build may set it, to measure either form */
 #define LA_VFIRST_MAX_T 16
 #endif

@@ -11,6 +11,9 @@
  *   vf_fma(a, b, c)              a * b + c, one rounding
  *   vf_mul vf_sub vf_add         elementwise
  *   vf_hsum(x)                   sum of the lanes
+ *   vf_hsum4(a, b, c, d, s)      s[0..4) = the sums of a, b, c, d; s[i]
+ *                                depends on the i-th vector alone, summed
+ *                                in the same order for every i
  *   vf_decay(x)                  e^min(x, 0); exactly 0 below LA_EXP_ZERO_BELOW
  *   vf_phi(phi, x)               the feature map
  *   vf_keep(x, n)                lanes < n of x, the others 0
@@ -293,59 +296,146 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
 
 /* The recurrent form on a V-first state: value column j is the row of dk
  * floats at s + j * s_vld. Per token and column: acc = S_j . kn,
- * u = beta (v_j - a acc), S_j = L S_j + u kh, o_j = S_j . qh, the row in L1
- * for a block of tokens. Two horizontal sums per column and token replace
- * the K-first sweep's broadcasts. */
+ * u = beta (v_j - a acc), S_j = L S_j + u kh, o_j = S_j . qh, the rows in
+ * L1 for a block of tokens. Columns go in groups of VFIRST_ROWS, so that
+ * their dot products are independent chains in flight together, their
+ * horizontal sums one vf_hsum4, and the loads of kn, kh, qh and the decays
+ * are shared by the group. A row's arithmetic is the same in a group and
+ * alone (two dot accumulators, one output accumulator, its own lane of
+ * vf_hsum4), so the results do not depend on where (j0, nj) cut the
+ * columns. */
+enum { VFIRST_ROWS = 4 };
+
+/* Chunk c (w lanes) of rows r < R: decayed, updated by u_r kh, stored, and
+ * summed into out[r] against qh. */
+LA_INLINE void delta_vfirst_update(float *const *row, int R, int64_t c, int64_t w,
+                                   const float *kh, const float *qh, const float *a, la_vf at,
+                                   const la_vf *uv, la_vf *out, la_gate gate)
+{
+    const la_vf kv = vf_load(kh + c), qv = vf_load(qh + c);
+    const la_vf av = gate == LA_GATE_CHANNEL ? vf_load(a + c) : at;
+    for (int r = 0; r < R; r++) {
+        const la_vf old = w == LA_VW ? vf_load(row[r] + c) : vf_loadn(row[r] + c, w);
+        const la_vf y = vf_fma(kv, uv[r], gate == LA_GATE_NONE ? old : vf_mul(av, old));
+        if (w == LA_VW)
+            vf_store(row[r] + c, y);
+        else
+            vf_storen(row[r] + c, y, w);
+        out[r] = vf_fma(y, qv, out[r]);
+    }
+}
+
+/* S_j . kn of rows r < R: acc[r][0] + acc[r][1], two accumulators per row
+ * (2R chains in flight), the same operations in either order. by_row: row
+ * after row, so that the state comes from memory in address order (four
+ * rows interleaved cost a step 25% on Zen 3: the hardware prefetchers
+ * follow one stream better than four); else chunk after chunk, the rows
+ * (in L1 after the first token) sharing each load of kn. */
+LA_INLINE void delta_vfirst_dot(float *const *row, int R, int by_row, const float *kn, int64_t dk,
+                                la_vf acc[][2])
+{
+    const int64_t dkw = dk / LA_VW * LA_VW;
+    for (int r = 0; r < R; r++)
+        acc[r][0] = acc[r][1] = vf_zero();
+#define DOT_PAIRS(r0, r1)                                                                         \
+    for (int r = r0; r < r1; r++) {                                                               \
+        acc[r][0] = vf_fma(vf_load(row[r] + c), vf_load(kn + c), acc[r][0]);                      \
+        acc[r][1] = vf_fma(vf_load(row[r] + c + LA_VW), vf_load(kn + c + LA_VW), acc[r][1]);      \
+    }
+    if (by_row)
+        for (int q = 0; q < R; q++)
+            for (int64_t c = 0; c + 2 * LA_VW <= dkw; c += 2 * LA_VW)
+                DOT_PAIRS(q, q + 1)
+    else
+        for (int64_t c = 0; c + 2 * LA_VW <= dkw; c += 2 * LA_VW)
+            DOT_PAIRS(0, R)
+#undef DOT_PAIRS
+    int64_t c = dkw / (2 * LA_VW) * (2 * LA_VW);
+    if (c < dkw) {
+        for (int r = 0; r < R; r++)
+            acc[r][0] = vf_fma(vf_load(row[r] + c), vf_load(kn + c), acc[r][0]);
+        c += LA_VW;
+    }
+    if (c < dk) /* kn is padded with zeros; the row is not */
+        for (int r = 0; r < R; r++)
+            acc[r][1] = vf_fma(vf_loadn(row[r] + c, dk - c), vf_load(kn + c), acc[r][1]);
+}
+
+/* rows r < R of the group, the columns j..j+R (R = VFIRST_ROWS or 1: a
+ * constant at each call site, so the row loops unroll) */
+LA_INLINE void delta_vfirst_rows(const la_head *h, int64_t j, int R, const float *f, int64_t dkp,
+                                 int64_t t0, int64_t n, la_gate gate)
+{
+    const int64_t dk = h->dk, fs = DELTA_FEATURES * dkp, ld = h->s_vld;
+    const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
+    const int64_t dkw = dk / LA_VW * LA_VW; /* whole vectors; a masked one after */
+    float *row[VFIRST_ROWS];
+    for (int r = 0; r < R; r++)
+        row[r] = h->s + (j + r) * ld;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t t = t0 + i;
+        const float *qh = f + i * fs, *kh = qh + dkp, *a = qh + 2 * dkp, *kn = qh + 3 * dkp;
+        la_vf acc[VFIRST_ROWS][2];
+        if (i == 0)
+            delta_vfirst_dot(row, R, 1, kn, dk, acc);
+        else
+            delta_vfirst_dot(row, R, 0, kn, dk, acc);
+        la_vf sum[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+        for (int r = 0; r < R; r++)
+            sum[r] = vf_add(acc[r][0], acc[r][1]);
+        float sk[4], u[4], out4[4];
+        vf_hsum4(sum[0], sum[1], sum[2], sum[3], sk);
+        const float beta = h->beta[t * beta_ts], a0 = gate == LA_GATE_TOKEN ? a[0] : 1.0f;
+        const float *v = h->v + t * v_ts + j;
+        for (int r = 0; r < R; r++)
+            u[r] = beta * (v[r] - (gate == LA_GATE_TOKEN ? a0 * sk[r] : sk[r]));
+        la_vf uv[VFIRST_ROWS], out[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+        for (int r = 0; r < R; r++)
+            uv[r] = vf_set1(u[r]);
+        const la_vf at = vf_set1(a0);
+        /* the decay, the update and S_j . qh in one pass */
+        int64_t c = 0;
+        for (; c < dkw; c += LA_VW)
+            delta_vfirst_update(row, R, c, LA_VW, kh, qh, a, at, uv, out, gate);
+        if (c < dk)
+            delta_vfirst_update(row, R, c, dk - c, kh, qh, a, at, uv, out, gate);
+        float *o = h->o + t * o_ts + j;
+        if (R == VFIRST_ROWS) {
+            vf_hsum4(out[0], out[1], out[2], out[3], o);
+        } else {
+            vf_hsum4(out[0], out[1], out[2], out[3], out4);
+            for (int r = 0; r < R; r++)
+                o[r] = out4[r];
+        }
+    }
+}
+
+LA_INLINE void delta_vfirst_gate(const la_head *h, int64_t j0, int64_t nj, const float *f,
+                                 int64_t dkp, int64_t t0, int64_t n, la_gate gate)
+{
+    int64_t j = j0;
+    for (; j + VFIRST_ROWS <= j0 + nj; j += VFIRST_ROWS)
+        delta_vfirst_rows(h, j, VFIRST_ROWS, f, dkp, t0, n, gate);
+    for (; j < j0 + nj; j++)
+        delta_vfirst_rows(h, j, 1, f, dkp, t0, n, gate);
+}
+
 static void delta_recurrent_vfirst(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
-    const int64_t dk = h->dk, dkp = round_vw(dk), fs = DELTA_FEATURES * dkp, ld = h->s_vld;
-    const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
-    const la_gate gate = h->gate;
+    const int64_t dkp = round_vw(h->dk);
     float *f = ws;
-#define LDR(p, c) (dk - (c) < LA_VW ? vf_loadn((p) + (c), dk - (c)) : vf_load((p) + (c)))
     for (int64_t t0 = 0; t0 < h->T; t0 += DELTA_BLOCK) {
         const int64_t n = h->T - t0 < DELTA_BLOCK ? h->T - t0 : DELTA_BLOCK;
         for (int64_t i = 0; i < n; i++)
-            delta_prepare(h, t0 + i, f + i * fs, dkp);
-        for (int64_t j = j0; j < j0 + nj; j++) {
-            float *row = h->s + j * ld;
-            for (int64_t i = 0; i < n; i++) {
-                const int64_t t = t0 + i;
-                const float *qh = f + i * fs, *kh = qh + dkp, *a = qh + 2 * dkp, *kn = qh + 3 * dkp;
-                /* four accumulators: one FMA chain per dot product would
-                 * wait on its own latency */
-                la_vf acc[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
-                int64_t c = 0;
-                for (; c + 4 * LA_VW <= dk; c += 4 * LA_VW)
-                    for (int x = 0; x < 4; x++)
-                        acc[x] = vf_fma(vf_load(row + c + x * LA_VW), vf_load(kn + c + x * LA_VW),
-                                        acc[x]);
-                for (; c < dk; c += LA_VW)
-                    acc[0] = vf_fma(LDR(row, c), vf_load(kn + c), acc[0]);
-                const float sk = vf_hsum(vf_add(vf_add(acc[0], acc[1]), vf_add(acc[2], acc[3])));
-                const float u = h->beta[t * beta_ts] *
-                                (h->v[t * v_ts + j] - (gate == LA_GATE_TOKEN ? a[0] * sk : sk));
-                const la_vf uv = vf_set1(u), at = vf_set1(gate == LA_GATE_TOKEN ? a[0] : 1.0f);
-                la_vf out[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
-                for (c = 0; c < dk; c += LA_VW) {
-                    const la_vf old = LDR(row, c);
-                    const la_vf dec = gate == LA_GATE_NONE      ? old
-                                      : gate == LA_GATE_CHANNEL ? vf_mul(vf_load(a + c), old)
-                                                                : vf_mul(at, old);
-                    const la_vf y = vf_fma(vf_load(kh + c), uv, dec);
-                    if (dk - c < LA_VW)
-                        vf_storen(row + c, y, dk - c);
-                    else
-                        vf_store(row + c, y);
-                    const int x = (int)(c / LA_VW) & 3;
-                    out[x] = vf_fma(y, vf_load(qh + c), out[x]);
-                }
-                const la_vf os = vf_add(vf_add(out[0], out[1]), vf_add(out[2], out[3]));
-                h->o[t * o_ts + j] = vf_hsum(os);
-            }
-        }
+            delta_prepare(h, t0 + i, f + i * DELTA_FEATURES * dkp, dkp);
+        /* one instance per gate (a constant in the loops) */
+        if (h->gate == LA_GATE_NONE)
+            delta_vfirst_gate(h, j0, nj, f, dkp, t0, n, LA_GATE_NONE);
+        else if (h->gate == LA_GATE_TOKEN)
+            delta_vfirst_gate(h, j0, nj, f, dkp, t0, n, LA_GATE_TOKEN);
+        else
+            delta_vfirst_gate(h, j0, nj, f, dkp, t0, n, LA_GATE_CHANNEL);
     }
-#undef LDR
 }
 
 /* ---- chunked (WY form) --------------------------------------------------- */

@@ -159,12 +159,15 @@ static void state_store(const la_serve *sv, const la_stage_ops *st, int64_t slot
 /* Longest delta call on a V-first pool run in place on the V-first
  * recurrent kernels; longer ones are transposed onto the K-first kernels.
  * serve-bench pool_prefill T (B = 16, H = 32, dk = dv = 128, one thread,
- * Zen 3, medians of 5 interleaved runs, ratio to the contiguous call): in
- * place 1.07 (T = 1), 1.39 (2), 1.59 (3), 1.72 (4), 2.0 (8), 2.35 (16);
- * transposed 1.84, 1.75, 1.55, 1.53, 1.25, 1.14. Equal at 3; with the
- * transposes' panel prefetch, a second sweep put in place ahead at 3
- * (1.43 against 1.51) and behind at 4. */
-enum { VFIRST_MAX_T = 3 };
+ * Zen 3, medians of 5 interleaved runs, ratio to the contiguous call):
+ * in place 1.06 (T = 1), 0.98 (2), 1.02 (3), 1.00 (4), 1.06 (6), 1.08
+ * (8), 1.14 (12), 1.18 (16), 1.19 (24); transposed 1.87, 1.69, 1.58, 1.47,
+ * 1.36, 1.29, 1.20, 1.17, 1.13. Even at 16 (a second set: 1.18 against
+ * 1.20), the transposes ahead at 24. */
+#ifndef LA_VFIRST_MAX_T /* a variant build may set it, to measure either form */
+#define LA_VFIRST_MAX_T 16
+#endif
+enum { VFIRST_MAX_T = LA_VFIRST_MAX_T };
 
 /* A delta unit in place on a V-first pool: 1 when done, 0 when its call
  * runs chunked (nothing touched yet). */
@@ -242,13 +245,13 @@ static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
     const int f32 = c->dt.s == LINATTN_F32; /* a bfloat16 state is worked on in a float copy */
     const int in_place = f32 && wr >= 0 && sv->K == 0 && sv->s_col == 1 && sv->s_row == c->dv &&
                          (Wz == NULL || sv->z != NULL);
-    /* A V-first pool of the delta family runs decode-length calls in place
-     * on the kernels' V-first recurrent form (a step: about 1.1x the
-     * contiguous one, against 1.8x through the transposes, which read and
-     * write the state once more in L2); longer ones are transposed onto
-     * the K-first kernels, since the V-first form's per-token chain of dot
-     * product, horizontal sum and update costs more per token than the
-     * transposes cost per call (see VFIRST_MAX_T). */
+    /* A V-first pool of the delta family runs calls of up to VFIRST_MAX_T
+     * tokens in place on the kernels' V-first recurrent form (a step: about
+     * 1.0x the contiguous one, against 1.8x through the transposes, which
+     * read and write the state once more in L2); longer ones are
+     * transposed onto the K-first kernels, whose cost per token is lower
+     * than the V-first form's (two horizontal sums per group of columns
+     * and token) once the transposes' cost per call is spread thin. */
     if (!in_place && f32 && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA && sv->s_row == 1 &&
         sv->s_col >= c->dk && len <= VFIRST_MAX_T && run_vfirst(p, n, h, rd, wr, len, j0, nj, kws))
         return;

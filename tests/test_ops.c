@@ -816,6 +816,58 @@ START_TEST(every_op_of_every_table)
 }
 END_TEST
 
+/* recurrent_vfirst of each table on columns [0, dv) in one call, and in
+ * pieces cut at every offset modulo 4 and of every width up to 5 (the
+ * kernels work on groups of columns, and threads cut a head where the plan
+ * says): the same bits, o and state, for any cut. T = 40 crosses a block
+ * of tokens. */
+START_TEST(vfirst_any_split_same_bits)
+{
+    static const int64_t dks[] = {5, 17, 128}, Ts[] = {1, 3, 40};
+    static const int64_t cuts[][6] = {{0, 23}, {0, 1, 6, 11, 12, 23}, {0, 2, 5, 9, 14, 23},
+                                      {0, 3, 7, 8, 10, 23}};
+    for (int r = 0; r < nruns; r++) {
+        const la_table *t = runs[r].t;
+        if (!t->delta)
+            continue;
+        for (size_t id = 0; id < sizeof dks / sizeof dks[0]; id++)
+            for (size_t it = 0; it < sizeof Ts / sizeof Ts[0]; it++)
+                for (int gate = 0; gate < 3; gate++) {
+                    arena mem = {0};
+                    const int64_t dk = dks[id], dv = 23, T = Ts[it];
+                    delta_case c = {.dk = dk, .dv = dv, .T = T, .chunk = 1, .gate = (la_gate)gate,
+                                    .phi = LINATTN_PHI_IDENTITY, .q_ts = dk, .k_ts = dk,
+                                    .v_ts = dv, .o_ts = dv, .g_ts = gate == LA_GATE_CHANNEL ? dk : 1};
+                    const float bound = 1.0f / sqrtf((float)dk);
+                    c.q = filled(&mem, (size_t)(T * dk), -1, 1);
+                    c.k = filled(&mem, (size_t)(T * dk), -bound, bound);
+                    c.v = filled(&mem, (size_t)(T * dv), -1, 1);
+                    c.g = filled(&mem, (size_t)(T * dk), -1, 0);
+                    c.beta = filled(&mem, (size_t)T, 0, 2);
+                    float *s0 = filled(&mem, (size_t)(dk * dv), -1, 1);
+                    void *ws = guarded_bytes(&mem, la_size_up64(t->delta->recurrent_bytes(T, dk, dv)));
+                    float *o[4], *s[4];
+                    for (int k = 0; k < 4; k++) {
+                        o[k] = guarded(&mem, (size_t)(T * dv), 0);
+                        s[k] = guarded(&mem, (size_t)(dk * dv), 0);
+                        memcpy(s[k], s0, (size_t)(dk * dv) * sizeof(float));
+                        la_head h = delta_head_of(&c, o[k], s[k]);
+                        h.s_vld = dk;
+                        for (int p = 0; p < 5 && cuts[k][p] < dv; p++)
+                            t->delta->recurrent_vfirst(&h, cuts[k][p], cuts[k][p + 1] - cuts[k][p],
+                                                       ws);
+                        ck_assert_msg(memcmp(o[k], o[0], (size_t)(T * dv) * sizeof(float)) == 0 &&
+                                          memcmp(s[k], s[0], (size_t)(dk * dv) * sizeof(float)) == 0,
+                                      "%s recurrent_vfirst dk=%lld T=%lld gate=%s: cut %d gives "
+                                      "other bits than one call",
+                                      t->name, (long long)dk, (long long)T, gate_names[gate], k);
+                    }
+                    arena_free(&mem);
+                }
+    }
+}
+END_TEST
+
 /* Every table's tuning data (tuning.h), runnable here or not: a default
  * entry, each machine once, chunks of at least one row, thresholds a dk
  * can be compared with; and cpu.c's key for this CPU is one of the keys. */
@@ -886,6 +938,7 @@ int main(void)
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, every_op_of_every_table);
     tcase_add_test(tc, tuning_entries);
+    tcase_add_test(tc, vfirst_any_split_same_bits);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

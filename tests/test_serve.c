@@ -379,7 +379,7 @@ END_TEST
  * kernels (plan.c, VFIRST_MAX_T); longer ones, and every bfloat16 state,
  * go through the tile transpose onto the K-first kernels: the same
  * arithmetic as a K-first pool, so the same bits. */
-enum { VFIRST_IN_PLACE_MAX_T = 3 };
+enum { VFIRST_IN_PLACE_MAX_T = 16 };
 
 static uint32_t elem_bits(int bf16, const void *p, int64_t e)
 {

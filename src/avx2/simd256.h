@@ -115,6 +115,13 @@ LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return _mm256_mul_ps(a, b); }
 LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return _mm256_sub_ps(a, b); }
 LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return _mm256_add_ps(a, b); }
 LA_INLINE float vf_hsum(la_vf x) { return hsum8(x); }
+/* Four sums at once (a transpose by pairwise adds): lane i of the result
+ * is ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)) of the i-th vector. */
+LA_INLINE void vf_hsum4(la_vf a, la_vf b, la_vf c, la_vf d, float *s)
+{
+    const __m256 x = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1)));
+}
 LA_INLINE la_vf vf_decay(la_vf x) { return decay8(x); }
 LA_INLINE la_vf vf_phi(linattn_phi phi, la_vf x) { return phi8(phi, x, 8); }
 LA_INLINE la_vf vf_keep(la_vf x, int64_t n)

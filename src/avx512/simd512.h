@@ -174,6 +174,18 @@ LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return _mm512_mul_ps(a, b); }
 LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return _mm512_sub_ps(a, b); }
 LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return _mm512_add_ps(a, b); }
 LA_INLINE float vf_hsum(la_vf x) { return la_hsum(x); }
+/* Four sums at once: each vector's halves added, then a transpose by
+ * pairwise adds, the same tree for every vector. */
+LA_INLINE void vf_hsum4(la_vf a, la_vf b, la_vf c, la_vf d, float *s)
+{
+#define LA_HALVES(x)                                                                              \
+    _mm256_add_ps(_mm512_castps512_ps256(x),                                                      \
+                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))
+    const __m256 x = _mm256_hadd_ps(_mm256_hadd_ps(LA_HALVES(a), LA_HALVES(b)),
+                                    _mm256_hadd_ps(LA_HALVES(c), LA_HALVES(d)));
+#undef LA_HALVES
+    _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1)));
+}
 LA_INLINE la_vf vf_decay(la_vf x) { return la_exp(_mm512_min_ps(x, _mm512_setzero_ps())); }
 LA_INLINE la_vf vf_phi(linattn_phi phi, la_vf x) { return phi_v(phi, x); }
 LA_INLINE la_vf vf_keep(la_vf x, int64_t n) { return _mm512_maskz_mov_ps(la_tail(n), x); }

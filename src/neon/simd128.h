@@ -125,6 +125,11 @@ LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return vmulq_f32(a, b); }
 LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return vsubq_f32(a, b); }
 LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return vaddq_f32(a, b); }
 LA_INLINE float vf_hsum(la_vf x) { return vaddvq_f32(x); }
+/* Four sums at once by pairwise adds: (x0 + x1) + (x2 + x3) of each. */
+LA_INLINE void vf_hsum4(la_vf a, la_vf b, la_vf c, la_vf d, float *s)
+{
+    vst1q_f32(s, vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d)));
+}
 LA_INLINE la_vf vf_decay(la_vf x) { return exp_nonpos(x); }
 LA_INLINE la_vf vf_phi(linattn_phi phi, la_vf x) { return phi4(phi, x); }
 LA_INLINE la_vf vf_keep(la_vf x, int64_t n) { return lanes_below(x, n); }

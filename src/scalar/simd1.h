@@ -35,6 +35,10 @@ LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return a * b; }
 LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return a - b; }
 LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return a + b; }
 LA_INLINE float vf_hsum(la_vf x) { return x; }
+LA_INLINE void vf_hsum4(la_vf a, la_vf b, la_vf c, la_vf d, float *s)
+{
+    s[0] = a, s[1] = b, s[2] = c, s[3] = d;
+}
 LA_INLINE la_vf vf_decay(la_vf x)
 {
     return x < LA_EXP_ZERO_BELOW ? 0.0f : expf(x < 0.0f ? x : 0.0f);

@@ -1,5 +1,6 @@
 """A serving engine's decode call of the fla-style functions (a state pool
-updated in place, one slot per sequence) goes through the extension's
+updated in place, one slot per sequence), and transformers' (the cache's
+state in place, no slots), goes through the extension's
 in_place(), which does the Python layer's work there; a call it cannot take
 as it is (an operand to convert or copy, a tensor that needs a gradient, a
 fault) goes back to that layer. These tests compare the two paths bit for
@@ -13,9 +14,16 @@ import pytest
 import linattn
 from linattn import _ext
 
-SEED = int(os.environ.get('LINATTN_TEST_SEED', '0') or 0) or int.from_bytes(os.urandom(4), 'little')
-print(f'test_decode_in_place: LINATTN_TEST_SEED={SEED}')
+SEED = (int(os.environ.get('LINATTN_TEST_SEED', '0') or 0)
+        or int.from_bytes(os.urandom(4), 'little'))
 RNG = np.random.default_rng(SEED)
+
+
+@pytest.fixture(autouse=True)
+def _print_seed():
+    """The seed, in every test's captured output (shown when it fails)."""
+    print(f'LINATTN_TEST_SEED={SEED}')
+    yield
 
 H, K, V, SLOTS = 4, 9, 6, 6  # odd feature sizes on purpose
 FNS = ['chunk_gated_delta_rule', 'fused_recurrent_gated_delta_rule', 'chunk_delta_rule',

@@ -184,9 +184,8 @@ static void additive_normaliser(const la_head *h, const float *f, int64_t n, flo
  * lanes wide): features in f, v and o rows v_ts and o_ts floats apart (in
  * place or in the panels), inv NULL when not normalising. */
 LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const float *v0,
-                               int64_t v_ts,
-                               float *o0, int64_t o_ts, const float *f, const float *inv,
-                               int64_t n, int nv, int64_t wl)
+                               int64_t v_ts, float *o0, int64_t o_ts, const float *f,
+                               const float *inv, int64_t n, int nv, int64_t wl)
 {
     /* locals, not h->...: vector stores may alias anything, so fields read
      * through h would be reloaded after every store of the sweep */

@@ -933,6 +933,24 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* The serving arguments after compute()'s N_ARGS (run_pool's and
+ * run_pool_loop's): read, write, snapshot slots, cu_seqlens, v_first. */
+static pool_args pool_args_at(PyObject *const *args, long long repeat)
+{
+    return (pool_args){args[N_ARGS], args[N_ARGS + 1], args[N_ARGS + 2], args[N_ARGS + 3],
+                       PyObject_IsTrue(args[N_ARGS + 4]), 0, repeat};
+}
+
+/* time.perf_counter (a new reference), the clock of the timing loops; NULL
+ * with an exception set. */
+static PyObject *perf_counter(void)
+{
+    PyObject *time = PyImport_ImportModule("time");
+    PyObject *clock = time ? PyObject_GetAttrString(time, "perf_counter") : NULL;
+    Py_XDECREF(time);
+    return clock;
+}
+
 /* run_pool(kind, layout, q, ..., z_compensated, read, write, snapshots,
  * cu_seqlens, v_first): linattn_run with s as a state pool [slots, H, K, V]
  * ([slots, H, V, K] V-first) of any strides, z [slots, H, K]; index arrays
@@ -944,8 +962,7 @@ static PyObject *run_pool(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_Format(PyExc_TypeError, "run_pool() takes %d positional arguments", N_ARGS + 5);
         return NULL;
     }
-    const pool_args pa = {args[N_ARGS], args[N_ARGS + 1], args[N_ARGS + 2], args[N_ARGS + 3],
-                          PyObject_IsTrue(args[N_ARGS + 4]), 0, 1};
+    const pool_args pa = pool_args_at(args, 1);
     if (compute(args, &pa) != 0)
         return NULL;
     Py_RETURN_NONE;
@@ -966,11 +983,8 @@ static PyObject *run_pool_loop(PyObject *self, PyObject *const *args, Py_ssize_t
     if (as_long(args[0], "n", 1, LLONG_MAX, &n))
         return NULL;
     args++;
-    const pool_args pa = {args[N_ARGS], args[N_ARGS + 1], args[N_ARGS + 2], args[N_ARGS + 3],
-                          PyObject_IsTrue(args[N_ARGS + 4]), 0, n};
-    PyObject *time = PyImport_ImportModule("time");
-    PyObject *clock = time ? PyObject_GetAttrString(time, "perf_counter") : NULL;
-    Py_XDECREF(time);
+    const pool_args pa = pool_args_at(args, n);
+    PyObject *clock = perf_counter();
     if (clock == NULL)
         return NULL;
     PyObject *t0 = PyObject_CallNoArgs(clock), *ret = NULL;
@@ -1300,11 +1314,7 @@ static PyObject *step_loop(PyObject *self, PyObject *const *args, Py_ssize_t nar
     linattn_config_init_step(&cfg, q.n[0], q.n[1], q.n[3], v.n[3]);
     cfg.num_threads = 1;
     linattn_status st = LINATTN_OK;
-    PyObject *time = PyImport_ImportModule("time");
-    if (time == NULL)
-        goto fail;
-    PyObject *clock = PyObject_GetAttrString(time, "perf_counter");
-    Py_DECREF(time);
+    PyObject *clock = perf_counter();
     if (clock == NULL)
         goto fail;
     PyObject *t0 = PyObject_CallNoArgs(clock);

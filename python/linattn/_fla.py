@@ -162,21 +162,6 @@ def _kind_of(x, q):
 _I32, _I64 = np.dtype(np.int32), np.dtype(np.int64)
 
 
-class _TorchInts(dict):
-    """numpy integer dtype -> torch's, read once torch is imported."""
-
-    def get(self, dtype):
-        if not self:
-            torch = sys.modules.get('torch')
-            if torch is None:
-                return None
-            self.update({_I32: torch.int32, _I64: torch.int64})
-        return dict.get(self, dtype)
-
-
-_TORCH_INTS = _TorchInts()
-
-
 def _ints(x, name, dtype, tensor_ok=False):
     """x as a C-contiguous numpy integer array (a copy only to change dtype).
     tensor_ok: a C-contiguous CPU torch tensor of that dtype is returned as
@@ -185,8 +170,9 @@ def _ints(x, name, dtype, tensor_ok=False):
     if type(x) is np.ndarray and x.dtype == dtype and x.flags.c_contiguous and x.ndim in (1, 2):
         return x  # the decode loop's case: no numpy call
     if not isinstance(x, np.ndarray) and hasattr(x, 'numpy'):
-        if (tensor_ok and x.dtype == _TORCH_INTS.get(dtype) and x.ndim in (1, 2)
-                and x.is_contiguous()):
+        torch = _torch_of(x) if tensor_ok else None
+        if (torch is not None and x.dtype == (torch.int32 if dtype == _I32 else torch.int64)
+                and x.ndim in (1, 2) and x.is_contiguous()):
             return x  # the extension refuses it if it is not on the CPU
         x = x.detach().numpy()
     a = np.ascontiguousarray(x, dtype=dtype)

@@ -1053,6 +1053,8 @@ static void serve_rules(call *c)
         fail_reason(c, "snapshots < 0");
     if (p->slots == INT64_MAX)
         fail_reason(c, "a pool larger than memory");
+    if (p->slots < 1) /* the B - 1 slots decoded for B = 1 */
+        fail_reason(c, "a pool without a slot");
     if (c->serve != 4 || p->slots < 1 || f->batch < 1 || f->batch > 8)
         return;
     const int64_t B = f->batch, K = p->snapshots > 0 ? p->snapshots : 0, T = step ? 1 : f->seq_len;

@@ -202,6 +202,9 @@ def seeds():
     # snapshots K = 4 into slots past the pool
     s["serve-snapshots-bad"] = call(kind="delta_forward", B=2, gate="token", phi="identity",
                                     serve=[SERVE["slots"], 3 | 4 << 2, 0, 0, 0, 0] + [3] * 8)
+    # one sequence, a pool of B - 1 = 0 slots: refused, nothing written
+    s["serve-pool-no-slot"] = call(kind="delta_forward", B=1, T=2, gate="token", phi="identity",
+                                   serve=[SERVE["slots_vfirst"], 32 | 64, 0, 0])
     s["serve-cu-4seqs"] = call(B=1, T=40, gate="token", threads=2, serve=[SERVE["cu"], 3])
     s["serve-cu-delta"] = call(kind="delta_forward", B=1, T=33, gate="channel", phi="identity",
                                serve=[SERVE["cu"], 2])

@@ -46,9 +46,10 @@ typedef struct la_delta_ops {
      * aligned, of the size above. */
     void (*recurrent)(const la_head *h, int64_t j0, int64_t nj, void *ws);
     void (*chunked)(const la_head *h, int64_t j0, int64_t nj, void *ws);
-    /* recurrent on a V-first state (h->s, h->s_vld), workspace as
-     * recurrent_bytes. The dot products run along the key axis, so the
-     * results agree with recurrent's to rounding, not bit for bit. */
+    /* recurrent on a V-first state (h->s, or a bfloat16 h->s_bf16 in
+     * one-token calls; h->s_vld), workspace as recurrent_bytes. The dot
+     * products run along the key axis, so the results agree with
+     * recurrent's to rounding, not bit for bit. */
     void (*recurrent_vfirst)(const la_head *h, int64_t j0, int64_t nj, void *ws);
     /* The recurrent form's packed working copy of columns [j0, j0 + nj) of
      * a K-first float state [dk][dv]: its bytes, and the copies in and out.

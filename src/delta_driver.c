@@ -293,17 +293,20 @@ void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int
 }
 
 /* The same on a V-first state in place (value column j of the head at
- * s + j * ld), for calls that run the recurrent algorithm
- * (la_delta_head_recurrent); chunked ones work on a K-first copy. */
+ * s + j * ld elements; float, or bfloat16 in one-token calls), for calls
+ * that run the recurrent algorithm (la_delta_head_recurrent); chunked ones
+ * work on a K-first copy. */
 int la_delta_head_recurrent(const la_kernels *kern, const la_call *c)
 {
     return !choose_algo(kern, c).chunked;
 }
 
 void la_delta_head_run_vfirst(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
-                              float *s, int64_t ld, void *ws)
+                              void *s, int bf16, int64_t ld, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){s, ld, NULL, 0, NULL}, ws);
+    const head_state st = bf16 ? (head_state){NULL, ld, s, 0, NULL}
+                               : (head_state){s, ld, NULL, 0, NULL};
+    head_run(kern, c, j0, nj, st, ws);
 }
 
 /* A one-token recurrent call on a K-first bfloat16 state in place (row i

@@ -308,19 +308,16 @@ enum { VFIRST_ROWS = 4 };
 
 /* Chunk c (w lanes) of rows r < R: decayed, updated by u_r kh, stored, and
  * summed into out[r] against qh. */
-LA_INLINE void delta_vfirst_update(float *const *row, int R, int64_t c, int64_t w,
-                                   const float *kh, const float *qh, const float *a, la_vf at,
-                                   const la_vf *uv, la_vf *out, la_gate gate)
+LA_INLINE void delta_vfirst_update(void *s, const int64_t *row, int bf16, int R, int64_t c,
+                                   int64_t w, const float *kh, const float *qh, const float *a,
+                                   la_vf at, const la_vf *uv, la_vf *out, la_gate gate)
 {
     const la_vf kv = vf_load(kh + c), qv = vf_load(qh + c);
     const la_vf av = gate == LA_GATE_CHANNEL ? vf_load(a + c) : at;
     for (int r = 0; r < R; r++) {
-        const la_vf old = w == LA_VW ? vf_load(row[r] + c) : vf_loadn(row[r] + c, w);
+        const la_vf old = vf_load_row(s, row[r] + c, w, bf16);
         const la_vf y = vf_fma(kv, uv[r], gate == LA_GATE_NONE ? old : vf_mul(av, old));
-        if (w == LA_VW)
-            vf_store(row[r] + c, y);
-        else
-            vf_storen(row[r] + c, y, w);
+        vf_store_row(s, row[r] + c, y, w, bf16);
         out[r] = vf_fma(y, qv, out[r]);
     }
 }
@@ -331,16 +328,17 @@ LA_INLINE void delta_vfirst_update(float *const *row, int R, int64_t c, int64_t 
  * rows interleaved cost a step 25% on Zen 3: the hardware prefetchers
  * follow one stream better than four); else chunk after chunk, the rows
  * (in L1 after the first token) sharing each load of kn. */
-LA_INLINE void delta_vfirst_dot(float *const *row, int R, int by_row, const float *kn, int64_t dk,
-                                la_vf acc[][2])
+LA_INLINE void delta_vfirst_dot(const void *s, const int64_t *row, int bf16, int R, int by_row,
+                                const float *kn, int64_t dk, la_vf acc[][2])
 {
     const int64_t dkw = dk / LA_VW * LA_VW;
     for (int r = 0; r < R; r++)
         acc[r][0] = acc[r][1] = vf_zero();
 #define DOT_PAIRS(r0, r1)                                                                         \
     for (int r = r0; r < r1; r++) {                                                               \
-        acc[r][0] = vf_fma(vf_load(row[r] + c), vf_load(kn + c), acc[r][0]);                      \
-        acc[r][1] = vf_fma(vf_load(row[r] + c + LA_VW), vf_load(kn + c + LA_VW), acc[r][1]);      \
+        acc[r][0] = vf_fma(vf_load_row(s, row[r] + c, LA_VW, bf16), vf_load(kn + c), acc[r][0]);  \
+        acc[r][1] = vf_fma(vf_load_row(s, row[r] + c + LA_VW, LA_VW, bf16),                       \
+                           vf_load(kn + c + LA_VW), acc[r][1]);                                   \
     }
     if (by_row)
         for (int q = 0; q < R; q++)
@@ -353,73 +351,149 @@ LA_INLINE void delta_vfirst_dot(float *const *row, int R, int by_row, const floa
     int64_t c = dkw / (2 * LA_VW) * (2 * LA_VW);
     if (c < dkw) {
         for (int r = 0; r < R; r++)
-            acc[r][0] = vf_fma(vf_load(row[r] + c), vf_load(kn + c), acc[r][0]);
+            acc[r][0] = vf_fma(vf_load_row(s, row[r] + c, LA_VW, bf16), vf_load(kn + c), acc[r][0]);
         c += LA_VW;
     }
     if (c < dk) /* kn is padded with zeros; the row is not */
         for (int r = 0; r < R; r++)
-            acc[r][1] = vf_fma(vf_loadn(row[r] + c, dk - c), vf_load(kn + c), acc[r][1]);
+            acc[r][1] =
+                vf_fma(vf_load_row(s, row[r] + c, dk - c, bf16), vf_load(kn + c), acc[r][1]);
 }
 
-/* rows r < R of the group, the columns j..j+R (R = VFIRST_ROWS or 1: a
- * constant at each call site, so the row loops unroll) */
-LA_INLINE void delta_vfirst_rows(const la_head *h, int64_t j, int R, const float *f, int64_t dkp,
-                                 int64_t t0, int64_t n, la_gate gate)
+/* The coefficients u of token i (features at qh) for rows r < R of a
+ * group: u_r = beta (v_j+r - a S_j+r . kn). by_row: see delta_vfirst_dot. */
+LA_INLINE void delta_vfirst_u(const la_head *h, const void *s, const int64_t *row, int bf16, int R,
+                              int by_row, int64_t j, int64_t t, const float *qh, int64_t dkp,
+                              la_gate gate, float u[4])
 {
-    const int64_t dk = h->dk, fs = DELTA_FEATURES * dkp, ld = h->s_vld;
-    const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
-    const int64_t dkw = dk / LA_VW * LA_VW; /* whole vectors; a masked one after */
-    float *row[VFIRST_ROWS];
+    const float *a = qh + 2 * dkp, *kn = qh + 3 * dkp;
+    la_vf acc[VFIRST_ROWS][2];
+    if (by_row)
+        delta_vfirst_dot(s, row, bf16, R, 1, kn, h->dk, acc);
+    else
+        delta_vfirst_dot(s, row, bf16, R, 0, kn, h->dk, acc);
+    la_vf sum[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
     for (int r = 0; r < R; r++)
-        row[r] = h->s + (j + r) * ld;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t t = t0 + i;
-        const float *qh = f + i * fs, *kh = qh + dkp, *a = qh + 2 * dkp, *kn = qh + 3 * dkp;
-        la_vf acc[VFIRST_ROWS][2];
-        if (i == 0)
-            delta_vfirst_dot(row, R, 1, kn, dk, acc);
-        else
-            delta_vfirst_dot(row, R, 0, kn, dk, acc);
-        la_vf sum[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+        sum[r] = vf_add(acc[r][0], acc[r][1]);
+    float sk[4];
+    vf_hsum4(sum[0], sum[1], sum[2], sum[3], sk);
+    const float beta = h->beta[t * h->beta_ts], a0 = gate == LA_GATE_TOKEN ? a[0] : 1.0f;
+    const float *v = h->v + t * h->v_ts + j;
+    for (int r = 0; r < R; r++)
+        u[r] = beta * (v[r] - (gate == LA_GATE_TOKEN ? a0 * sk[r] : sk[r]));
+}
+
+/* The decay, the update by u and S_j . qh of token t in one pass over rows
+ * r < R of a group; the outputs o[t][j..j+R). */
+LA_INLINE void delta_vfirst_apply(const la_head *h, void *s, const int64_t *row, int bf16, int R,
+                                  int64_t j, int64_t t, const float *qh, int64_t dkp,
+                                  la_gate gate, const float u[4])
+{
+    const int64_t dk = h->dk, dkw = dk / LA_VW * LA_VW; /* whole vectors; a masked one after */
+    const float *kh = qh + dkp, *a = qh + 2 * dkp;
+    la_vf uv[VFIRST_ROWS], out[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+    for (int r = 0; r < R; r++)
+        uv[r] = vf_set1(u[r]);
+    const la_vf at = vf_set1(gate == LA_GATE_TOKEN ? a[0] : 1.0f);
+    int64_t c = 0;
+    for (; c < dkw; c += LA_VW)
+        delta_vfirst_update(s, row, bf16, R, c, LA_VW, kh, qh, a, at, uv, out, gate);
+    if (c < dk)
+        delta_vfirst_update(s, row, bf16, R, c, dk - c, kh, qh, a, at, uv, out, gate);
+    float *o = h->o + t * h->o_ts + j, out4[4];
+    if (R == VFIRST_ROWS) {
+        vf_hsum4(out[0], out[1], out[2], out[3], o);
+    } else {
+        vf_hsum4(out[0], out[1], out[2], out[3], out4);
         for (int r = 0; r < R; r++)
-            sum[r] = vf_add(acc[r][0], acc[r][1]);
-        float sk[4], u[4], out4[4];
-        vf_hsum4(sum[0], sum[1], sum[2], sum[3], sk);
-        const float beta = h->beta[t * beta_ts], a0 = gate == LA_GATE_TOKEN ? a[0] : 1.0f;
-        const float *v = h->v + t * v_ts + j;
-        for (int r = 0; r < R; r++)
-            u[r] = beta * (v[r] - (gate == LA_GATE_TOKEN ? a0 * sk[r] : sk[r]));
-        la_vf uv[VFIRST_ROWS], out[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
-        for (int r = 0; r < R; r++)
-            uv[r] = vf_set1(u[r]);
-        const la_vf at = vf_set1(a0);
-        /* the decay, the update and S_j . qh in one pass */
-        int64_t c = 0;
-        for (; c < dkw; c += LA_VW)
-            delta_vfirst_update(row, R, c, LA_VW, kh, qh, a, at, uv, out, gate);
-        if (c < dk)
-            delta_vfirst_update(row, R, c, dk - c, kh, qh, a, at, uv, out, gate);
-        float *o = h->o + t * o_ts + j;
-        if (R == VFIRST_ROWS) {
-            vf_hsum4(out[0], out[1], out[2], out[3], o);
-        } else {
-            vf_hsum4(out[0], out[1], out[2], out[3], out4);
-            for (int r = 0; r < R; r++)
-                o[r] = out4[r];
-        }
+            o[r] = out4[r];
     }
 }
 
-LA_INLINE void delta_vfirst_gate(const la_head *h, int64_t j0, int64_t nj, const float *f,
-                                 int64_t dkp, int64_t t0, int64_t n, la_gate gate)
+/* rows r < R of the group, the columns j..j+R (R = VFIRST_ROWS or 1: a
+ * constant at each call site, so the row loops unroll), n tokens */
+LA_INLINE void delta_vfirst_rows(const la_head *h, void *s, int bf16, int64_t j, int R,
+                                 const float *f, int64_t dkp, int64_t t0, int64_t n, la_gate gate)
 {
-    int64_t j = j0;
-    for (; j + VFIRST_ROWS <= j0 + nj; j += VFIRST_ROWS)
-        delta_vfirst_rows(h, j, VFIRST_ROWS, f, dkp, t0, n, gate);
-    for (; j < j0 + nj; j++)
-        delta_vfirst_rows(h, j, 1, f, dkp, t0, n, gate);
+    int64_t row[VFIRST_ROWS];
+    for (int r = 0; r < R; r++)
+        row[r] = (j + r) * h->s_vld;
+    for (int64_t i = 0; i < n; i++) {
+        const float *qh = f + i * DELTA_FEATURES * dkp;
+        float u[4];
+        delta_vfirst_u(h, s, row, bf16, R, i == 0, j, t0 + i, qh, dkp, gate, u);
+        delta_vfirst_apply(h, s, row, bf16, R, j, t0 + i, qh, dkp, gate, u);
+    }
 }
 
+/* Bytes of state the read-only pass of a one-token block covers before its
+ * update pass: a whole head at dk = dv = 128 (64 KiB of floats), whose
+ * update pass then runs from L2, as the K-first step's sweep does. A
+ * V-first decode step (serve-bench pool_decode, Xeon model 207, ratio to
+ * the contiguous K-first step, interleaved runs): groups one at a time
+ * 1.48-1.66, 4 KiB 1.26-1.44, 16 KiB 1.16-1.26, 64 KiB 0.93-1.26 (Zen 3:
+ * within its noise of 1.0 for all). At most VFIRST_MAX_GROUPS groups. */
+#ifndef LA_VFIRST_READ_AHEAD_BYTES /* a variant build may set it, to measure */
+#define LA_VFIRST_READ_AHEAD_BYTES 65536
+#endif
+enum { VFIRST_READ_AHEAD_BYTES = LA_VFIRST_READ_AHEAD_BYTES, VFIRST_MAX_GROUPS = 64 };
+
+/* One token on columns [j, j + ng * VFIRST_ROWS): the dot products of all
+ * the groups first (a read-only stream from memory, in address order when
+ * the columns are adjacent, many lines in flight), then their updates.
+ * Each group's dot product and update in turn kept few lines in flight, so
+ * the step waited on memory. Each column's arithmetic is
+ * delta_vfirst_rows', so the results do not depend on ng. */
+LA_INLINE void delta_vfirst_token(const la_head *h, void *s, int bf16, int64_t j, int64_t ng,
+                                  const float *qh, int64_t dkp, int64_t t, la_gate gate)
+{
+    float u[VFIRST_MAX_GROUPS][4];
+    int64_t row[VFIRST_MAX_GROUPS][VFIRST_ROWS];
+    for (int64_t g = 0; g < ng; g++) {
+        for (int r = 0; r < VFIRST_ROWS; r++)
+            row[g][r] = (j + g * VFIRST_ROWS + r) * h->s_vld;
+        delta_vfirst_u(h, s, row[g], bf16, VFIRST_ROWS, 1, j + g * VFIRST_ROWS, t, qh, dkp, gate,
+                       u[g]);
+    }
+    for (int64_t g = 0; g < ng; g++)
+        delta_vfirst_apply(h, s, row[g], bf16, VFIRST_ROWS, j + g * VFIRST_ROWS, t, qh, dkp, gate,
+                           u[g]);
+}
+
+LA_INLINE void delta_vfirst_gate(const la_head *h, void *s, int bf16, int64_t j0, int64_t nj,
+                                 const float *f, int64_t dkp, int64_t t0, int64_t n, la_gate gate)
+{
+    int64_t j = j0;
+    if (n == 1) {
+        const int64_t row_bytes = h->dk * (bf16 ? 2 : 4);
+        int64_t per = VFIRST_READ_AHEAD_BYTES / (VFIRST_ROWS * row_bytes);
+        per = per < 1 ? 1 : per > VFIRST_MAX_GROUPS ? VFIRST_MAX_GROUPS : per;
+        for (; j + VFIRST_ROWS <= j0 + nj; j += per * VFIRST_ROWS) {
+            const int64_t left = (j0 + nj - j) / VFIRST_ROWS;
+            delta_vfirst_token(h, s, bf16, j, left < per ? left : per, f, dkp, t0, gate);
+        }
+        j = j0 + nj / VFIRST_ROWS * VFIRST_ROWS;
+    }
+    for (; j + VFIRST_ROWS <= j0 + nj; j += VFIRST_ROWS)
+        delta_vfirst_rows(h, s, bf16, j, VFIRST_ROWS, f, dkp, t0, n, gate);
+    for (; j < j0 + nj; j++)
+        delta_vfirst_rows(h, s, bf16, j, 1, f, dkp, t0, n, gate);
+}
+
+/* One instance per gate and state type (constants in the loops). */
+LA_INLINE void delta_vfirst_block(const la_head *h, void *s, int bf16, int64_t j0, int64_t nj,
+                                  const float *f, int64_t dkp, int64_t t0, int64_t n)
+{
+    if (h->gate == LA_GATE_NONE)
+        delta_vfirst_gate(h, s, bf16, j0, nj, f, dkp, t0, n, LA_GATE_NONE);
+    else if (h->gate == LA_GATE_TOKEN)
+        delta_vfirst_gate(h, s, bf16, j0, nj, f, dkp, t0, n, LA_GATE_TOKEN);
+    else
+        delta_vfirst_gate(h, s, bf16, j0, nj, f, dkp, t0, n, LA_GATE_CHANNEL);
+}
+
+/* A float state (h->s), or a bfloat16 one (h->s_bf16) widened on load and
+ * rounded on store, once per token: the driver gives it one-token calls. */
 static void delta_recurrent_vfirst(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dkp = round_vw(h->dk);
@@ -428,13 +502,10 @@ static void delta_recurrent_vfirst(const la_head *h, int64_t j0, int64_t nj, voi
         const int64_t n = h->T - t0 < DELTA_BLOCK ? h->T - t0 : DELTA_BLOCK;
         for (int64_t i = 0; i < n; i++)
             delta_prepare(h, t0 + i, f + i * DELTA_FEATURES * dkp, dkp);
-        /* one instance per gate (a constant in the loops) */
-        if (h->gate == LA_GATE_NONE)
-            delta_vfirst_gate(h, j0, nj, f, dkp, t0, n, LA_GATE_NONE);
-        else if (h->gate == LA_GATE_TOKEN)
-            delta_vfirst_gate(h, j0, nj, f, dkp, t0, n, LA_GATE_TOKEN);
+        if (h->s_bf16)
+            delta_vfirst_block(h, h->s_bf16, 1, j0, nj, f, dkp, t0, n);
         else
-            delta_vfirst_gate(h, j0, nj, f, dkp, t0, n, LA_GATE_CHANNEL);
+            delta_vfirst_block(h, h->s, 0, j0, nj, f, dkp, t0, n);
     }
 }
 

@@ -169,26 +169,31 @@ static void state_store(const la_serve *sv, const la_stage_ops *st, int64_t slot
 #endif
 enum { VFIRST_MAX_T = LA_VFIRST_MAX_T };
 
-/* A delta unit in place on a V-first pool: 1 when done, 0 when its call
- * runs chunked (nothing touched yet). */
+/* A delta unit in place on a V-first pool (float, or bfloat16 in one-token
+ * calls: the kernel widens and rounds each element once, as a K-first
+ * bfloat16 step does): 1 when done, 0 when its call runs chunked (nothing
+ * touched yet). */
 static int run_vfirst(const linattn_plan *p, int64_t n, int64_t h, int64_t rd, int64_t wr,
                       int64_t len, int64_t j0, int64_t nj, void *kws)
 {
     const la_serve *sv = &p->sv;
     const int64_t dk = sv->c.dk, ld = sv->s_col;
+    const int bf16 = sv->c.dt.s == LINATTN_BF16;
+    const size_t es = la_dtype_size(sv->c.dt.s);
     la_call x = head_call(sv, n, h, 0, len, NULL, NULL);
-    float *dst = la_serve_state(sv, wr, h);
+    unsigned char *dst = la_serve_state(sv, wr, h);
     if (!la_delta_head_recurrent(p->kern, &x))
         return 0;
     if (rd != wr)
         for (int64_t j = j0; j < j0 + nj; j++) {
             if (rd < 0)
-                memset(dst + j * ld, 0, (size_t)dk * sizeof(float));
+                memset(dst + (size_t)(j * ld) * es, 0, (size_t)dk * es);
             else
-                memcpy(dst + j * ld, (const float *)la_serve_state(sv, rd, h) + j * ld,
-                       (size_t)dk * sizeof(float));
+                memcpy(dst + (size_t)(j * ld) * es,
+                       (const unsigned char *)la_serve_state(sv, rd, h) + (size_t)(j * ld) * es,
+                       (size_t)dk * es);
         }
-    la_delta_head_run_vfirst(p->kern, &x, j0, nj, dst, ld, kws);
+    la_delta_head_run_vfirst(p->kern, &x, j0, nj, dst, bf16, ld, kws);
     return 1;
 }
 
@@ -251,9 +256,13 @@ static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
      * read and write the state once more in L2); longer ones are
      * transposed onto the K-first kernels, whose cost per token is lower
      * than the V-first form's (two horizontal sums per group of columns
-     * and token) once the transposes' cost per call is spread thin. */
-    if (!in_place && f32 && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA && sv->s_row == 1 &&
-        sv->s_col >= c->dk && len <= VFIRST_MAX_T && run_vfirst(p, n, h, rd, wr, len, j0, nj, kws))
+     * and token) once the transposes' cost per call is spread thin. A
+     * bfloat16 V-first pool runs one-token calls in place (the kernel
+     * rounds the state once per token, as the K-first bfloat16 step does);
+     * longer calls widen it once into the float copy and round it once. */
+    if (!in_place && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA && sv->s_row == 1 &&
+        sv->s_col >= c->dk && (f32 ? len <= VFIRST_MAX_T : len == 1) &&
+        run_vfirst(p, n, h, rd, wr, len, j0, nj, kws))
         return;
     if (c->dt.s == LINATTN_BF16 && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA &&
         len == 1 && sv->s_col == 1 && sv->s_row == c->dv &&

@@ -102,7 +102,7 @@ void la_delta_head_run(const struct la_kernels *kern, const la_call *c, int64_t 
                        void *ws);
 int la_delta_head_recurrent(const struct la_kernels *kern, const la_call *c);
 void la_delta_head_run_vfirst(const struct la_kernels *kern, const la_call *c, int64_t j0,
-                              int64_t nj, float *s, int64_t ld, void *ws);
+                              int64_t nj, void *s, int bf16, int64_t ld, void *ws);
 int la_delta_head_bf16_in_place(const struct la_kernels *kern, const la_call *c);
 void la_delta_head_run_bf16(const struct la_kernels *kern, const la_call *c, int64_t j0,
                             int64_t nj, uint16_t *s, void *ws);

@@ -320,9 +320,13 @@ static void compare_additive(const la_table *t, const add_case *c, const add_buf
 
 /* ---- tables under test, and where a crash happened ---------------------- */
 
+/* delta forms tested: recurrent, chunked, recurrent_vfirst, and the two
+ * recurrent ones on a bfloat16 state (run_delta) */
+enum { N_DELTA_FORMS = 5 };
+
 typedef struct {
     const la_table *t;
-    op_stat add[N_ADD_OPS], delta[3], size, transpose[2];
+    op_stat add[N_ADD_OPS], delta[N_DELTA_FORMS], size, transpose[2];
 } table_run;
 
 static table_run runs[16];
@@ -457,6 +461,7 @@ typedef struct {
     void *ws[2]; /* recurrent (and recurrent_vfirst), chunked */
     size_t ws_bytes[2];
     float *o, *s, *sv; /* sv: the state V-first, for recurrent_vfirst */
+    uint16_t *s16;     /* a bfloat16 state, K-first or V-first */
 } delta_bufs;
 
 static void delta_bufs_make(delta_bufs *b, const la_delta_ops *ops, const delta_case *c,
@@ -470,11 +475,14 @@ static void delta_bufs_make(delta_bufs *b, const la_delta_ops *ops, const delta_
     b->o = guarded(&b->mem, (size_t)(c->T * c->o_ts), 0);
     b->s = guarded(&b->mem, (size_t)(c->dk * c->dv), 0);
     b->sv = guarded(&b->mem, (size_t)(c->dk * c->dv), 0);
+    b->s16 = guarded_bytes(&b->mem, (size_t)(c->dk * c->dv) * sizeof(uint16_t));
 }
 
 /* chunked 0: recurrent, 1: chunked, 2: recurrent_vfirst (on a V-first copy
- * of the state, turned back to K-first for the comparison); on columns
- * [j0, j0 + nj) */
+ * of the state, turned back to K-first for the comparison), 3 and 4: the
+ * recurrent forms on a bfloat16 state, K-first and V-first (one-token
+ * calls: the state is rounded once per token; c->s0 holds bfloat16
+ * values), widened back into s; on columns [j0, j0 + nj) */
 static void run_delta(const la_delta_ops *ops, const delta_case *c, int chunked, int64_t j0,
                       int64_t nj, delta_bufs *b)
 {
@@ -483,8 +491,21 @@ static void run_delta(const la_delta_ops *ops, const delta_case *c, int chunked,
     for (int i = 0; i < 2; i++) /* a lane read before it is written shows */
         fill(b->ws[i], b->ws_bytes[i] / sizeof(float), NAN);
     la_head h = delta_head_of(c, b->o, b->s);
-    if (chunked == 2) {
-        const int64_t dk = c->dk, dv = c->dv;
+    const int64_t dk = c->dk, dv = c->dv;
+    if (chunked >= 3) {
+        const int vfirst = chunked == 4;
+        for (int64_t i = 0; i < dk; i++)
+            for (int64_t j = 0; j < dv; j++)
+                b->s16[vfirst ? j * dk + i : i * dv + j] = la_f32_to_bf16(c->s0[i * dv + j]);
+        h.s = NULL, h.s_bf16 = b->s16, h.s_vld = vfirst ? dk : 0;
+        if (vfirst)
+            ops->recurrent_vfirst(&h, j0, nj, b->ws[0]);
+        else
+            ops->recurrent(&h, j0, nj, b->ws[0]);
+        for (int64_t i = 0; i < dk; i++)
+            for (int64_t j = 0; j < dv; j++)
+                b->s[i * dv + j] = la_bf16_to_f32(b->s16[vfirst ? j * dk + i : i * dv + j]);
+    } else if (chunked == 2) {
         for (int64_t i = 0; i < dk; i++)
             for (int64_t j = 0; j < dv; j++)
                 b->sv[j * dk + i] = b->s[i * dv + j];
@@ -500,13 +521,48 @@ static void run_delta(const la_delta_ops *ops, const delta_case *c, int chunked,
     }
 }
 
+/* One unit in the last place of a bfloat16 holding x. */
+static double bf16_ulp(double x)
+{
+    int e;
+    frexp(x, &e); /* x = m 2^e, 0.5 <= |m| < 1: 8 significant bits */
+    return ldexp(1.0, e - 8);
+}
+
+/* A bfloat16 state against the float reference: each element within one
+ * unit in its last place of the reference, plus the float comparison's
+ * tolerance (the table's sums round differently from the reference's, so
+ * a value may round the other way, and a sum that cancels to near zero
+ * differs by more than the bfloat16 units of its tiny result). */
+static void compare_bf16(op_stat *st, const char *table, const char *shape, const float *x,
+                         const float *ref, int64_t ld, int64_t nrows, int64_t j0, int64_t nj)
+{
+    double scale = 1.0;
+    for (int64_t r = 0; r < nrows; r++)
+        for (int64_t j = j0; j < j0 + nj; j++)
+            scale = fabs((double)ref[r * ld + j]) > scale ? fabs((double)ref[r * ld + j]) : scale;
+    for (int64_t r = 0; r < nrows; r++)
+        for (int64_t j = j0; j < j0 + nj; j++) {
+            const double got = x[r * ld + j], want = ref[r * ld + j];
+            if (fabs(got - want) <= bf16_ulp(want) + LA_TOL_OP * scale)
+                continue;
+            if (st->failed++ < MAX_REPORTS)
+                printf("FAIL %s %s, %s: s[%lld][%lld] is %a, the reference %a\n", table, st->op,
+                       shape, (long long)r, (long long)j, got, want);
+            return;
+        }
+}
+
 static void compare_delta(const la_table *t, const delta_case *c, const delta_bufs *x,
-                          const delta_bufs *ref, op_stat *os)
+                          const delta_bufs *ref, int bf16, op_stat *os)
 {
     const int64_t dk = c->dk, dv = c->dv, T = c->T, j0 = c->j0, nj = c->nj, ots = c->o_ts;
     os->cases++;
     compare(os, t->name, c->name, "o", x->o + j0, ots, ref->o + j0, ots, T, nj);
-    compare(os, t->name, c->name, "s", x->s + j0, dv, ref->s + j0, dv, dk, nj);
+    if (bf16)
+        compare_bf16(os, t->name, c->name, x->s, ref->s, dv, dk, j0, nj);
+    else
+        compare(os, t->name, c->name, "s", x->s + j0, dv, ref->s + j0, dv, dk, nj);
     /* other columns of o and s: never written */
     int clean = 1;
     for (int64_t r = 0; r < T; r++)
@@ -548,7 +604,11 @@ static void delta_all(void)
                 c.v = filled(&inputs, (size_t)(T * c.v_ts), -1, 1);
                 c.g = filled(&inputs, (size_t)(T * dk), -1, 0);
                 c.beta = filled(&inputs, (size_t)T, 0, 2);
-                c.s0 = filled(&inputs, (size_t)(dk * dv), -1, 1);
+                float *s0 = filled(&inputs, (size_t)(dk * dv), -1, 1);
+                if (T == 1) /* the bfloat16 state forms start from it exactly */
+                    for (int64_t e = 0; e < dk * dv; e++)
+                        s0[e] = la_bf16_to_f32(la_f32_to_bf16(s0[e]));
+                c.s0 = s0;
                 delta_bufs ref, bufs[16];
                 delta_bufs_make(&ref, ref_ops, &c, dv);
                 for (int r = 0; r < nruns; r++)
@@ -557,7 +617,9 @@ static void delta_all(void)
 
                 for (int gate = 0; gate < 4; gate++)
                     for (int variant = 0; variant < 3; variant++)
-                        for (int chunked = 0; chunked <= 2; chunked++) {
+                        for (int chunked = 0; chunked < N_DELTA_FORMS; chunked++) {
+                            if (chunked >= 3 && T != 1) /* bfloat16 states: one-token calls */
+                                continue;
                             c.gate = gate == 3 ? LA_GATE_TOKEN : (la_gate)gate;
                             c.head_gate = gate == 3;
                             c.g_ts = c.head_gate ? 0 : c.gate == LA_GATE_CHANNEL ? dk : 1;
@@ -566,7 +628,10 @@ static void delta_all(void)
                             c.phi = (linattn_phi)variant;
                             c.k = c.phi == LINATTN_PHI_ELU1 ? k_neg : k_small;
                             char algo[48] = "recurrent";
-                            if (chunked == 2)
+                            if (chunked >= 3)
+                                snprintf(algo, sizeof algo, "%s, bf16 state",
+                                         chunked == 4 ? "recurrent_vfirst" : "recurrent");
+                            else if (chunked == 2)
                                 snprintf(algo, sizeof algo, "recurrent_vfirst");
                             else if (chunked)
                                 snprintf(algo, sizeof algo, "chunked chunk=%lld",
@@ -580,7 +645,7 @@ static void delta_all(void)
                                      phi_names[c.phi]);
                             snprintf(current, sizeof current, "scalar delta ops, %s", c.name);
                             /* V-first against the scalar K-first recurrent op */
-                            run_delta(ref_ops, &c, chunked == 2 ? 0 : chunked, 0, dv, &ref);
+                            run_delta(ref_ops, &c, chunked == 1, 0, dv, &ref);
                             for (int r = 0; r < nruns; r++) {
                                 const la_table *t = runs[r].t;
                                 if (!t->delta)
@@ -588,7 +653,8 @@ static void delta_all(void)
                                 snprintf(current, sizeof current, "%s delta ops, %s", t->name,
                                          c.name);
                                 run_delta(t->delta, &c, chunked, c.j0, c.nj, &bufs[r]);
-                                compare_delta(t, &c, &bufs[r], &ref, &runs[r].delta[chunked]);
+                                compare_delta(t, &c, &bufs[r], &ref, chunked >= 3,
+                                              &runs[r].delta[chunked]);
                             }
                         }
                 for (int r = 0; r < nruns; r++)
@@ -779,6 +845,8 @@ START_TEST(every_op_of_every_table)
         run->delta[0] = (op_stat){"delta recurrent", 0, 0, 0};
         run->delta[1] = (op_stat){"delta chunked", 0, 0, 0};
         run->delta[2] = (op_stat){"delta recurrent_vfirst", 0, 0, 0};
+        run->delta[3] = (op_stat){"delta recurrent bf16", 0, 0, 0};
+        run->delta[4] = (op_stat){"delta vfirst bf16", 0, 0, 0};
         run->transpose[0] = (op_stat){"stage transpose_in", 0, 0, 0};
         run->transpose[1] = (op_stat){"stage transpose_out", 0, 0, 0};
         snprintf(current, sizeof current, "%s size ops", run->t->name);
@@ -801,13 +869,14 @@ START_TEST(every_op_of_every_table)
             printf("%-12s additive ops: not provided (the registry resolves a lower table's)\n",
                    t->name);
         if (t->delta)
-            report(t, run->delta, 3);
+            report(t, run->delta, N_DELTA_FORMS);
         else
             printf("%-12s delta ops: not provided (the registry resolves a lower table's)\n",
                    t->name);
         report(t, run->transpose, 2);
-        failed += run->size.failed + run->delta[0].failed + run->delta[1].failed +
-                  run->delta[2].failed + run->transpose[0].failed + run->transpose[1].failed;
+        failed += run->size.failed + run->transpose[0].failed + run->transpose[1].failed;
+        for (int i = 0; i < N_DELTA_FORMS; i++)
+            failed += run->delta[i].failed;
         for (int i = 0; i < N_ADD_OPS; i++)
             failed += run->add[i].failed;
     }
@@ -820,7 +889,7 @@ END_TEST
  * pieces cut at every offset modulo 4 and of every width up to 5 (the
  * kernels work on groups of columns, and threads cut a head where the plan
  * says): the same bits, o and state, for any cut. T = 40 crosses a block
- * of tokens. */
+ * of tokens; a bfloat16 state with T = 1. */
 START_TEST(vfirst_any_split_same_bits)
 {
     static const int64_t dks[] = {5, 17, 128}, Ts[] = {1, 3, 40};
@@ -831,10 +900,12 @@ START_TEST(vfirst_any_split_same_bits)
         if (!t->delta)
             continue;
         for (size_t id = 0; id < sizeof dks / sizeof dks[0]; id++)
-            for (size_t it = 0; it < sizeof Ts / sizeof Ts[0]; it++)
+            for (size_t it = 0; it < sizeof Ts / sizeof Ts[0] + 1; it++)
                 for (int gate = 0; gate < 3; gate++) {
+                    const int bf16 = it == sizeof Ts / sizeof Ts[0];
+                    const size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
                     arena mem = {0};
-                    const int64_t dk = dks[id], dv = 23, T = Ts[it];
+                    const int64_t dk = dks[id], dv = 23, T = bf16 ? 1 : Ts[it];
                     delta_case c = {.dk = dk, .dv = dv, .T = T, .chunk = 1, .gate = (la_gate)gate,
                                     .phi = LINATTN_PHI_IDENTITY, .q_ts = dk, .k_ts = dk,
                                     .v_ts = dv, .o_ts = dv, .g_ts = gate == LA_GATE_CHANNEL ? dk : 1};
@@ -846,21 +917,28 @@ START_TEST(vfirst_any_split_same_bits)
                     c.beta = filled(&mem, (size_t)T, 0, 2);
                     float *s0 = filled(&mem, (size_t)(dk * dv), -1, 1);
                     void *ws = guarded_bytes(&mem, la_size_up64(t->delta->recurrent_bytes(T, dk, dv)));
-                    float *o[4], *s[4];
+                    float *o[4];
+                    unsigned char *s[4];
                     for (int k = 0; k < 4; k++) {
                         o[k] = guarded(&mem, (size_t)(T * dv), 0);
-                        s[k] = guarded(&mem, (size_t)(dk * dv), 0);
-                        memcpy(s[k], s0, (size_t)(dk * dv) * sizeof(float));
-                        la_head h = delta_head_of(&c, o[k], s[k]);
+                        s[k] = guarded_bytes(&mem, (size_t)(dk * dv) * es);
+                        for (int64_t e = 0; e < dk * dv; e++)
+                            if (bf16)
+                                ((uint16_t *)s[k])[e] = la_f32_to_bf16(s0[e]);
+                            else
+                                ((float *)s[k])[e] = s0[e];
+                        la_head h = delta_head_of(&c, o[k], bf16 ? NULL : (float *)s[k]);
+                        h.s_bf16 = bf16 ? (uint16_t *)s[k] : NULL;
                         h.s_vld = dk;
                         for (int p = 0; p < 5 && cuts[k][p] < dv; p++)
                             t->delta->recurrent_vfirst(&h, cuts[k][p], cuts[k][p + 1] - cuts[k][p],
                                                        ws);
                         ck_assert_msg(memcmp(o[k], o[0], (size_t)(T * dv) * sizeof(float)) == 0 &&
-                                          memcmp(s[k], s[0], (size_t)(dk * dv) * sizeof(float)) == 0,
-                                      "%s recurrent_vfirst dk=%lld T=%lld gate=%s: cut %d gives "
+                                          memcmp(s[k], s[0], (size_t)(dk * dv) * es) == 0,
+                                      "%s recurrent_vfirst dk=%lld T=%lld gate=%s%s: cut %d gives "
                                       "other bits than one call",
-                                      t->name, (long long)dk, (long long)T, gate_names[gate], k);
+                                      t->name, (long long)dk, (long long)T, gate_names[gate],
+                                      bf16 ? " bf16 state" : "", k);
                     }
                     arena_free(&mem);
                 }

@@ -376,8 +376,8 @@ END_TEST
 /* ---- V-first pools against K-first ones ---------------------------------- */
 
 /* Longest delta call the plan runs in place on the V-first recurrent
- * kernels (plan.c, VFIRST_MAX_T); longer ones, and every bfloat16 state,
- * go through the tile transpose onto the K-first kernels: the same
+ * kernels (plan.c, VFIRST_MAX_T; a bfloat16 state: one token); longer
+ * ones go through the tile transpose onto the K-first kernels: the same
  * arithmetic as a K-first pool, so the same bits. */
 enum { VFIRST_IN_PLACE_MAX_T = 16 };
 
@@ -462,7 +462,7 @@ START_TEST(vfirst_prefill_matches_kfirst)
     cfg.num_threads = 2;
     ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK, "V-first: %s",
                   linattn_last_error());
-    const int bitwise = bf16 || T > VFIRST_IN_PLACE_MAX_T;
+    const int bitwise = bf16 ? T > 1 : T > VFIRST_IN_PLACE_MAX_T;
     double eo = 0, es_max = 0;
     for (size_t e = 0; e < tok * (size_t)dv; e++) {
         if (bitwise)
@@ -492,10 +492,21 @@ START_TEST(vfirst_prefill_matches_kfirst)
                                   (unsigned)elem_bits(bf16, sv, ev),
                                   (unsigned)elem_bits(bf16, sk, ek));
                 const double a = elem_value(bf16, sv, ev), b = elem_value(bf16, sk, ek);
+                if (bf16) { /* to rounding: one unit in b's last place, plus the float sums' */
+                    int e;
+                    frexp(b, &e);
+                    ck_assert_msg(fabs(a - b) <= ldexp(1.0, e - 8) + 1e-5 * fmax(1.0, fabs(b)),
+                                  "bf16 T = %lld: slot %lld head %lld (%lld, %lld) is %a, "
+                                  "K-first %a",
+                                  (long long)T, (long long)(sh / H), (long long)(sh % H),
+                                  (long long)i, (long long)j, a, b);
+                }
                 const double d = fabs(a - b) / fmax(1.0, fabs(b));
                 es_max = d > es_max || d != d ? d : es_max;
             }
-    ck_assert_msg(eo < 1e-5 && es_max < 1e-5, "T = %lld: o differs by %g, the pool by %g",
+    /* a bfloat16 element in place may round the other way (checked above) */
+    const double es_tol = bf16 && !bitwise ? 1.0 / 128 : 1e-5;
+    ck_assert_msg(eo < 1e-5 && es_max <= es_tol, "T = %lld: o differs by %g, the pool by %g",
                   (long long)T, eo, es_max);
     free(q), free(k), free(v), free(g), free(beta), free(o_k), free(o_v);
     free(sk), free(sv), free(sv0);

@@ -103,20 +103,24 @@ static void recurrent_scalar(const la_head *h, int64_t j0, int64_t nj, void *ws)
             h->s_bf16[i * h->dv + j0 + j] = la_f32_to_bf16(S[i * ld + j]);
 }
 
-/* The same on a V-first state (column j: the dk floats at s + j * s_vld),
- * column by column: acc = S_j . kh after the decay, then the update and
- * S_j . qh. */
+/* The same on a V-first state (column j: the dk elements at s + j * s_vld,
+ * float, or bfloat16 widened into the workspace and rounded back per token
+ * after o has read it, as the SIMD tables do), column by column: acc =
+ * S_j . kh after the decay, then the update and S_j . qh. */
 static void recurrent_vfirst_scalar(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dk = h->dk;
-    float *qh = ws, *kh = qh + dk, *a = kh + dk;
+    float *qh = ws, *kh = qh + dk, *a = kh + dk, *wide = a + dk;
     for (int64_t t = 0; t < h->T; t++) {
         features(h, h->q + t * h->q_ts, h->scale, qh);
         features(h, h->k + t * h->k_ts, 1.0f, kh);
         row_decays(h, t, a);
         const float beta = h->beta[t * h->beta_ts];
         for (int64_t j = j0; j < j0 + nj; j++) {
-            float *row = h->s + j * h->s_vld, acc = 0.0f, out = 0.0f;
+            uint16_t *row16 = h->s_bf16 ? h->s_bf16 + j * h->s_vld : NULL;
+            float *row = row16 ? wide : h->s + j * h->s_vld, acc = 0.0f, out = 0.0f;
+            for (int64_t i = 0; row16 && i < dk; i++)
+                row[i] = la_bf16_to_f32(row16[i]);
             for (int64_t i = 0; i < dk; i++) {
                 row[i] *= a[i];
                 acc = fmaf(row[i], kh[i], acc);
@@ -126,6 +130,8 @@ static void recurrent_vfirst_scalar(const la_head *h, int64_t j0, int64_t nj, vo
                 row[i] = fmaf(kh[i], u, row[i]);
                 out = fmaf(row[i], qh[i], out);
             }
+            for (int64_t i = 0; row16 && i < dk; i++)
+                row16[i] = la_f32_to_bf16(row[i]);
             h->o[t * h->o_ts + j] = out;
         }
     }

@@ -91,7 +91,8 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
     for (int64_t t0 = 0; t0 < src->T; t0 += a->block) {
         const int64_t n = src->T - t0 < a->block ? src->T - t0 : a->block;
         la_head h = {.dk = c->dk, .dv = c->dv, .s = st.s, .s_bf16 = st.s16, .s_vld = s_vld,
-                     .s_packed = st.packed, .s_next = st.next, .scale = c->scale,
+                     .s_packed = st.packed, .s_next = st.next,
+                     .step_columns = kern->delta_tuning->delta_step_columns, .scale = c->scale,
                      .chunk = a->chunk};
         la_stage_in(kern->stage, src, t0, n, stage_buf, &h);
         if (s_vld)

@@ -129,10 +129,8 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
      * and kept two branches, a jump and a spilled accumulator in it. */
     const int64_t dk = h->dk, fs = DELTA_FEATURES * dkp;
     const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
-    /* the next state's rows, this tile's columns (see la_head.s_next) */
-    const float *next_s = LA_DELTA_STEP_PREFETCH && !bf16 && h->s_next
-                              ? h->s_next + ((const float *)s - h->s)
-                              : NULL;
+    /* the rows to fetch meanwhile, at their column 0 (delta_recurrent) */
+    const float *next_s = LA_DELTA_STEP_PREFETCH && !bf16 ? h->s_next : NULL;
     la_vf acc[LA_DELTA_NV], u[LA_DELTA_NV], out[LA_DELTA_NV];
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
 #define ST(p, x, y)                                                                               \
@@ -266,10 +264,20 @@ static void delta_tile_dispatch(const la_head *h, void *s, int64_t ld, const flo
 }
 #undef DELTA_WHOLE_PER_GATE
 
+/* A one-token call on a float K-first state sweeps tiles of
+ * h->step_columns (whole vectors, at most the table's tile), each sweep
+ * fetching the next tile's rows meanwhile. */
+static int64_t delta_step_tile(const la_head *h)
+{
+    const int64_t w = (h->step_columns + LA_VW - 1) / LA_VW * LA_VW;
+    return w > 0 && w < DELTA_TILE ? w : DELTA_TILE;
+}
+
 static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dkp = round_vw(h->dk);
-    const int64_t tw = h->s_packed ? DELTA_PACK_TILE : DELTA_TILE;
+    const int one_token = h->T == 1 && !h->s_packed && !h->s_bf16;
+    const int64_t tw = h->s_packed ? DELTA_PACK_TILE : one_token ? delta_step_tile(h) : DELTA_TILE;
     float *f = ws;
     for (int64_t t0 = 0; t0 < h->T; t0 += DELTA_BLOCK) {
         const int64_t n = h->T - t0 < DELTA_BLOCK ? h->T - t0 : DELTA_BLOCK;
@@ -281,15 +289,22 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
             const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
             float *o = h->o + jb;
             const float *v = h->v + jb;
+            /* what a one-token sweep fetches meanwhile: the next tile of
+             * this state, else the same columns (step tiles: the first) of
+             * the next state (la_head.s_next) */
+            la_head th = *h;
+            th.s_next = one_token && jb + tw < j0 + nj ? h->s + jb + tw
+                        : h->s_next                    ? h->s_next + (one_token ? j0 : jb)
+                                                       : NULL;
             /* (whole-tile sweeps instantiated per gate: see delta_tile_tokens) */
             if (h->s_bf16)
-                delta_tile_dispatch(h, h->s_bf16 + jb, h->dv, v, o, f, dkp, t0, n, nv, wl, 1);
+                delta_tile_dispatch(&th, h->s_bf16 + jb, h->dv, v, o, f, dkp, t0, n, nv, wl, 1);
             else if (h->s_packed)
-                delta_tile_dispatch(h, la_packed_tile(h->s, h->dk, DELTA_PACK_LD,
-                                                      (jb - j0) / DELTA_PACK_TILE),
+                delta_tile_dispatch(&th, la_packed_tile(h->s, h->dk, DELTA_PACK_LD,
+                                                        (jb - j0) / DELTA_PACK_TILE),
                                     DELTA_PACK_LD, v, o, f, dkp, t0, n, nv, wl, 0);
             else
-                delta_tile_dispatch(h, h->s + jb, h->dv, v, o, f, dkp, t0, n, nv, wl, 0);
+                delta_tile_dispatch(&th, h->s + jb, h->dv, v, o, f, dkp, t0, n, nv, wl, 0);
         }
     }
 }

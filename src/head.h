@@ -35,10 +35,16 @@ typedef struct la_head {
     /* delta recurrent only: s is the kernels' packed copy of the columns
      * the call works on (la_delta_ops.pack) */
     int s_packed;
-    /* delta recurrent only, float K-first state: the state (same columns) the
-     * caller works on next, or NULL; a one-token sweep fetches its rows into
-     * L2 while it works on s from L2, so that memory is not idle then */
+    /* delta recurrent only, float K-first state: the state the caller works
+     * on next, or NULL. A one-token sweep fetches rows into L2 while it
+     * works on s from L2, so that memory is not idle then: the next column
+     * tile of s, after the last tile s_next's (delta_recurrent hands each
+     * tile's sweep those rows, at their column 0) */
     const float *s_next;
+    /* delta recurrent only, one-token calls on a float K-first state:
+     * columns per register tile (la_tuning.delta_step_columns; 0: the
+     * table's tile) */
+    int64_t step_columns;
     float scale; /* finite */
     float eps;   /* additive: finite, >= 0 */
     linattn_phi phi; /* the stage has applied it (IDENTITY) when it made q/k panels */

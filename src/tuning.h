@@ -41,6 +41,13 @@ typedef struct la_tuning {
     /* The same for the additive family's value-tiled recurrent forward
      * (la_additive_ops.pack). */
     int64_t additive_pack_from_T;
+    /* Value columns per register tile of the delta recurrent form in a
+     * one-token call on a float K-first state (a decode step), rounded up
+     * to whole vectors, at most the table's tile; 0: the table's tile.
+     * Each tile's sweep fetches the next tile's rows (the last tile: the
+     * next state's) into L2, so narrower tiles leave less of the state to
+     * wait for. The results are the same bits for any width. */
+    int64_t delta_step_columns;
 } la_tuning;
 
 /* The delta family's algorithm on every table so far, measured on Zen 4

@@ -919,6 +919,60 @@ START_TEST(packed_state_same_bits)
 }
 END_TEST
 
+/* ---- one-token tiles (tuning.h: delta_step_columns) ------------------------ */
+
+/* A decode step (and a one-token forward) gives the same bits on tiles of
+ * any width, each prefetching the next: the tuning entry's width is forced
+ * to the table's tile, 16 columns and 40 (rounded up to whole vectors). */
+START_TEST(step_tiles_same_bits)
+{
+    la_tuning tune = *la_active_kernels()->delta_tuning;
+    static const int64_t widths[] = {0, 16, 40};
+    static const int64_t shapes[][5] = {
+        /* B, H, qk heads, dk, dv */
+        {1, 2, 2, 5, 1}, {2, 3, 3, 17, 15}, {1, 2, 1, 64, 100}, {1, 1, 1, 128, 130},
+        {1, 4, 2, 33, 64}, {3, 2, 2, 16, 48},
+    };
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int step = 0; step <= 1; step++)
+                for (int threads = 1; threads <= 3; threads += 2) {
+                    dspec sp = dspec_default(shapes[sh][0], shapes[sh][1], 1, shapes[sh][3],
+                                             shapes[sh][4]);
+                    sp.qk_heads = shapes[sh][2];
+                    sp.gate = (linattn_gate)gate;
+                    sp.algo = LINATTN_ALGO_RECURRENT;
+                    sp.with_state = 1;
+                    sp.threads = threads;
+                    dproblem p;
+                    dproblem_make(&p, &sp);
+                    p.cfg.num_threads = threads;
+                    float *o1 = NULL, *s1 = NULL;
+                    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+                        tune.delta_step_columns = widths[w];
+                        la_force_table_tuning(table, NULL, &tune);
+                        restore_state(&p);
+                        ck_assert_int_eq(step ? step_at(&p, 0) : dproblem_forward(&p), LINATTN_OK);
+                        if (w == 0) {
+                            o1 = copy_floats(p.o, p.no), s1 = copy_floats(p.s, p.ns);
+                            expect_matches_oracle(&p, step ? "step tiles" : "one-token tiles");
+                            continue;
+                        }
+                        ck_assert_msg(memcmp(o1, p.o, p.no * sizeof(float)) == 0 &&
+                                          memcmp(s1, p.s, p.ns * sizeof(float)) == 0,
+                                      "%s: %lld-column tiles give other bits than the table's "
+                                      "(%s)",
+                                      step ? "step" : "one-token forward", (long long)widths[w],
+                                      dspec_name(&p.sp));
+                    }
+                    free(o1);
+                    free(s1);
+                    dproblem_free(&p);
+                }
+    la_force_table(table);
+}
+END_TEST
+
 /* ---- bad input: a status, nothing written, a message naming the field ------ */
 
 typedef struct {
@@ -1101,6 +1155,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, nan_propagates_only_forward);
     tcase_add_test(oracle, threads_bitwise_equal);
     tcase_add_test(oracle, packed_state_same_bits);
+    tcase_add_test(oracle, step_tiles_same_bits);
     suite_add_tcase(s, oracle);
 
     TCase *bad = tcase_create("bad_input");

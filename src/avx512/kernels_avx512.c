@@ -198,6 +198,7 @@ static const la_tuning tuning_avx512[] = {
         LA_DELTA_TUNING_ZEN4,
         .delta_pack_from_T = 32,
         .additive_pack_from_T = 32,
+        .delta_step_columns = 64,
     },
 };
 

@@ -202,8 +202,8 @@ def seeds():
     # snapshots K = 4 into slots past the pool
     s["serve-snapshots-bad"] = call(kind="delta_forward", B=2, gate="token", phi="identity",
                                     serve=[SERVE["slots"], 3 | 4 << 2, 0, 0, 0, 0] + [3] * 8)
-    # a bfloat16 V-first pool: one-token calls run in place on the V-first kernel
-    # (permuted slots, in place, the middle sequence padding)
+    # a bfloat16 V-first pool: one-token calls run in place on the V-first kernel;
+    # then with slots (reversed, each read and written in place, the middle one padding)
     s["serve-pool-vfirst-step-bf16"] = call(kind="delta_step", gate="token", phi="identity", B=3,
                                             serve=[SERVE["pool_vfirst"]], ext=ext(s="bf16"))
     s["serve-slots-vfirst-bf16"] = call(kind="delta_forward", B=3, T=1, gate="channel",

@@ -483,11 +483,11 @@ LA_INLINE void delta_vfirst_gate(const la_head *h, void *s, int bf16, int64_t j0
         const int64_t row_bytes = h->dk * (bf16 ? 2 : 4);
         int64_t per = VFIRST_READ_AHEAD_BYTES / (VFIRST_ROWS * row_bytes);
         per = per < 1 ? 1 : per > VFIRST_MAX_GROUPS ? VFIRST_MAX_GROUPS : per;
-        for (; j + VFIRST_ROWS <= j0 + nj; j += per * VFIRST_ROWS) {
-            const int64_t left = (j0 + nj - j) / VFIRST_ROWS;
-            delta_vfirst_token(h, s, bf16, j, left < per ? left : per, f, dkp, t0, gate);
+        while (j + VFIRST_ROWS <= j0 + nj) {
+            const int64_t left = (j0 + nj - j) / VFIRST_ROWS, ng = left < per ? left : per;
+            delta_vfirst_token(h, s, bf16, j, ng, f, dkp, t0, gate);
+            j += ng * VFIRST_ROWS;
         }
-        j = j0 + nj / VFIRST_ROWS * VFIRST_ROWS;
     }
     for (; j + VFIRST_ROWS <= j0 + nj; j += VFIRST_ROWS)
         delta_vfirst_rows(h, s, bf16, j, VFIRST_ROWS, f, dkp, t0, n, gate);

@@ -169,6 +169,26 @@ static void state_store(const la_serve *sv, const la_stage_ops *st, int64_t slot
 #endif
 enum { VFIRST_MAX_T = LA_VFIRST_MAX_T };
 
+/* An in-place unit's write slot starts as its read slot's state (zeros for
+ * a negative read slot): nrows runs of count elements of head h, the first
+ * at element first, stride elements apart. */
+static void start_from_read_slot(const la_serve *sv, int64_t rd, int64_t wr, int64_t h,
+                                 int64_t first, int64_t nrows, int64_t stride, int64_t count)
+{
+    if (rd == wr)
+        return;
+    const size_t es = la_dtype_size(sv->c.dt.s);
+    unsigned char *dst = la_serve_state(sv, wr, h);
+    const unsigned char *src = rd < 0 ? NULL : la_serve_state(sv, rd, h);
+    for (int64_t r = 0; r < nrows; r++) {
+        const size_t at = (size_t)(first + r * stride) * es;
+        if (src)
+            memcpy(dst + at, src + at, (size_t)count * es);
+        else
+            memset(dst + at, 0, (size_t)count * es);
+    }
+}
+
 /* A delta unit in place on a V-first pool (float, or bfloat16 in one-token
  * calls: the kernel widens and rounds each element once, as a K-first
  * bfloat16 step does): 1 when done, 0 when its call runs chunked (nothing
@@ -177,23 +197,13 @@ static int run_vfirst(const linattn_plan *p, int64_t n, int64_t h, int64_t rd, i
                       int64_t len, int64_t j0, int64_t nj, void *kws)
 {
     const la_serve *sv = &p->sv;
-    const int64_t dk = sv->c.dk, ld = sv->s_col;
-    const int bf16 = sv->c.dt.s == LINATTN_BF16;
-    const size_t es = la_dtype_size(sv->c.dt.s);
+    const int64_t ld = sv->s_col;
     la_call x = head_call(sv, n, h, 0, len, NULL, NULL);
-    unsigned char *dst = la_serve_state(sv, wr, h);
     if (!la_delta_head_recurrent(p->kern, &x))
         return 0;
-    if (rd != wr)
-        for (int64_t j = j0; j < j0 + nj; j++) {
-            if (rd < 0)
-                memset(dst + (size_t)(j * ld) * es, 0, (size_t)dk * es);
-            else
-                memcpy(dst + (size_t)(j * ld) * es,
-                       (const unsigned char *)la_serve_state(sv, rd, h) + (size_t)(j * ld) * es,
-                       (size_t)dk * es);
-        }
-    la_delta_head_run_vfirst(p->kern, &x, j0, nj, dst, bf16, ld, kws);
+    start_from_read_slot(sv, rd, wr, h, j0 * ld, nj, ld, sv->c.dk); /* columns j0.. */
+    la_delta_head_run_vfirst(p->kern, &x, j0, nj, la_serve_state(sv, wr, h),
+                             sv->c.dt.s == LINATTN_BF16, ld, kws);
     return 1;
 }
 
@@ -207,20 +217,11 @@ static int run_bf16_in_place(const linattn_plan *p, int64_t n, int64_t h, int64_
                              int64_t wr, int64_t len, int64_t j0, int64_t nj, void *kws)
 {
     const la_serve *sv = &p->sv;
-    const int64_t dk = sv->c.dk, dv = sv->c.dv;
     la_call x = head_call(sv, n, h, 0, len, NULL, NULL);
     if (!la_delta_head_bf16_in_place(p->kern, &x))
         return 0;
-    uint16_t *dst = la_serve_state(sv, wr, h);
-    if (rd != wr)
-        for (int64_t i = 0; i < dk; i++) {
-            if (rd < 0)
-                memset(dst + i * dv + j0, 0, (size_t)nj * sizeof *dst);
-            else
-                memcpy(dst + i * dv + j0, (const uint16_t *)la_serve_state(sv, rd, h) + i * dv + j0,
-                       (size_t)nj * sizeof *dst);
-        }
-    la_delta_head_run_bf16(p->kern, &x, j0, nj, dst, kws);
+    start_from_read_slot(sv, rd, wr, h, j0, sv->c.dk, sv->c.dv, nj); /* rows' columns j0.. */
+    la_delta_head_run_bf16(p->kern, &x, j0, nj, la_serve_state(sv, wr, h), kws);
     return 1;
 }
 

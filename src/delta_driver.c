@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "call.h"
+#include "pack.h"
 #include "serve.h"
+#include "stage.h"
 #include "table.h"
 #include "threads.h"
 
@@ -60,14 +62,16 @@ static size_t kernel_bytes(const la_kernels *kern, const la_call *c, const delta
  * K-first state (tuning.h: delta_pack_from_T; never for a step). */
 static int packs(const la_kernels *kern, const la_call *c, const delta_algo *a)
 {
-    return !c->step && !a->chunked && kern->delta->pack != NULL &&
+    return !c->step && !a->chunked && kern->delta->pack_tile > 0 &&
            c->T >= kern->delta_tuning->delta_pack_from_T;
 }
 
 static size_t packed_bytes(const la_kernels *kern, const la_call *c, const delta_algo *a,
                            int64_t nj)
 {
-    return packs(kern, c, a) ? la_size_up64(kern->delta->packed_bytes(c->dk, nj)) : 0;
+    const la_delta_ops *d = kern->delta;
+    return packs(kern, c, a) ? la_size_up64(la_packed_bytes(c->dk, nj, d->pack_tile, d->pack_ld))
+                             : 0;
 }
 
 /* Where a head's state is: float K-first (s; packed: the kernels' packed
@@ -159,7 +163,8 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
         if (j->pack) {
             st[m] = (head_state){(float *)((unsigned char *)packed + j->pack_bytes * (size_t)m), 0,
                                  NULL, 1, NULL};
-            j->kern->delta->pack(state[m], c->dk, c->dv, j0, nj, st[m].s);
+            la_pack_tiles(state[m], c->dk, c->dv, j0, nj, j->kern->delta->pack_tile,
+                          j->kern->delta->pack_ld, st[m].s);
         }
         /* a step sweeps each state from L2 after one read from memory:
          * meanwhile the next member's comes in */
@@ -177,7 +182,8 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
         }
     }
     for (int64_t m = 0; m < nm && j->pack && c->s; m++)
-        j->kern->delta->unpack(state[m], c->dk, c->dv, j0, nj, st[m].s);
+        la_unpack_tiles(state[m], c->dk, c->dv, j0, nj, j->kern->delta->pack_tile,
+                        j->kern->delta->pack_ld, st[m].s);
 }
 
 linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
@@ -279,10 +285,12 @@ static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64
     const size_t pb = st.s && !st.s_vld ? packed_bytes(kern, c, &a, nj) : 0;
     float *copy = (float *)((unsigned char *)ws + sb);
     if (pb) {
-        kern->delta->pack(st.s, c->dk, c->dv, j0, nj, copy);
+        la_pack_tiles(st.s, c->dk, c->dv, j0, nj, kern->delta->pack_tile, kern->delta->pack_ld,
+                      copy);
         head_tokens(kern, c, &a, &src, (head_state){copy, 0, NULL, 1, NULL}, j0, nj, ws,
                     (unsigned char *)ws + sb + pb);
-        kern->delta->unpack(st.s, c->dk, c->dv, j0, nj, copy);
+        la_unpack_tiles(st.s, c->dk, c->dv, j0, nj, kern->delta->pack_tile, kern->delta->pack_ld,
+                        copy);
         return;
     }
     head_tokens(kern, c, &a, &src, st, j0, nj, ws, (unsigned char *)ws + sb);
@@ -322,4 +330,58 @@ void la_delta_head_run_bf16(const la_kernels *kern, const la_call *c, int64_t j0
                             uint16_t *s, void *ws)
 {
     head_run(kern, c, j0, nj, (head_state){NULL, 0, s, 0, NULL}, ws);
+}
+
+/* Whether a call works on the packed copy (tuning.h: delta_pack_from_T). */
+int la_delta_head_packs(const la_kernels *kern, const la_call *c)
+{
+    const delta_algo a = choose_algo(kern, c);
+    return c->T >= 1 && packs(kern, c, &a);
+}
+
+/* Such a call with the copy filled straight from a pool's state of type t
+ * and written straight back: element (i, j) of the head at i * row + j * col
+ * elements, row or col 1 (K-first rows are widened a row at a time, V-first
+ * columns go through the table's tile transposes into each packed tile).
+ * src NULL: a zero state; dst NULL: the final state is not kept. Through a
+ * K-first float copy the state would be moved twice more (into the copy,
+ * then packed; unpacked, then out); the arithmetic is the same, so are the
+ * bits. */
+void la_delta_head_run_packed(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
+                              linattn_dtype t, const void *src, void *dst, int64_t row,
+                              int64_t col, void *ws)
+{
+    const delta_algo a = choose_algo(kern, c);
+    const la_source s = la_source_at(c, 0);
+    const size_t sb = la_size_up64(la_stage_bytes(&s, a.block));
+    const size_t pb = packed_bytes(kern, c, &a, nj);
+    const la_stage_ops *st = kern->stage;
+    const int64_t dk = c->dk, tw = kern->delta->pack_tile, ld = kern->delta->pack_ld;
+    float *copy = (float *)((unsigned char *)ws + sb);
+    for (int64_t jb = 0; jb < nj; jb += tw) {
+        const int64_t w = nj - jb < tw ? nj - jb : tw;
+        float *tile = la_packed_tile(copy, dk, ld, jb / tw);
+        const int64_t e = (j0 + jb) * col; /* element (0, j0 + jb) */
+        if (src == NULL)
+            for (int64_t i = 0; i < dk; i++)
+                memset(tile + i * ld, 0, (size_t)w * sizeof(float));
+        else if (col == 1)
+            for (int64_t i = 0; i < dk; i++)
+                st->load(t, la_at(src, t, i * row + e), w, tile + i * ld);
+        else
+            st->transpose_in(t, la_at(src, t, e), col, w, dk, tile, ld);
+    }
+    la_stage_reset(ws);
+    head_tokens(kern, c, &a, &s, (head_state){copy, 0, NULL, 1, NULL}, j0, nj, ws,
+                (unsigned char *)ws + sb + pb);
+    for (int64_t jb = 0; dst && jb < nj; jb += tw) {
+        const int64_t w = nj - jb < tw ? nj - jb : tw;
+        const float *tile = la_packed_tile(copy, dk, ld, jb / tw);
+        const int64_t e = (j0 + jb) * col;
+        if (col == 1)
+            for (int64_t i = 0; i < dk; i++)
+                st->store(t, tile + i * ld, w, (void *)la_at(dst, t, i * row + e));
+        else
+            st->transpose_out(t, tile, ld, dk, w, (void *)la_at(dst, t, e), col);
+    }
 }

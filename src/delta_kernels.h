@@ -208,23 +208,6 @@ static size_t delta_recurrent_bytes(int64_t T, int64_t dk, int64_t nj)
                                       la_size_of_dim(round_vw(dk))));
 }
 
-/* The packed copy (pack.h) in tiles of the packed register tile. */
-static size_t delta_packed_bytes(int64_t dk, int64_t nj)
-{
-    return la_packed_bytes(dk, nj, DELTA_PACK_TILE, DELTA_PACK_LD);
-}
-
-static void delta_pack(const float *s, int64_t dk, int64_t dv, int64_t j0, int64_t nj, float *copy)
-{
-    la_pack_tiles(s, dk, dv, j0, nj, DELTA_PACK_TILE, DELTA_PACK_LD, copy);
-}
-
-static void delta_unpack(float *s, int64_t dk, int64_t dv, int64_t j0, int64_t nj,
-                         const float *copy)
-{
-    la_unpack_tiles(s, dk, dv, j0, nj, DELTA_PACK_TILE, DELTA_PACK_LD, copy);
-}
-
 /* A whole tile of nv vectors (a constant: no masked accesses) under a
  * constant gate and state type. */
 LA_INLINE void delta_tile_whole(const la_head *h, void *s, int64_t ld, const float *v, float *o,
@@ -756,7 +739,6 @@ const la_delta_ops LA_DELTA_OPS = {
     .recurrent = delta_recurrent,
     .chunked = delta_chunked,
     .recurrent_vfirst = delta_recurrent_vfirst,
-    .packed_bytes = delta_packed_bytes,
-    .pack = delta_pack,
-    .unpack = delta_unpack,
+    .pack_tile = DELTA_PACK_TILE,
+    .pack_ld = DELTA_PACK_LD,
 };

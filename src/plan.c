@@ -225,6 +225,25 @@ static int run_bf16_in_place(const linattn_plan *p, int64_t n, int64_t h, int64_
     return 1;
 }
 
+/* A delta unit whose call runs on the kernels' packed copy of its columns
+ * (la_delta_head_packs): the copy is filled straight from the read slot (or
+ * zeros) and written straight to the write slot, whichever of the rows or
+ * columns is contiguous (a V-first pool: through the tile transposes), with
+ * no K-first working copy between. 1 when done, 0 when the call does not
+ * pack (nothing touched). */
+static int run_packed(const linattn_plan *p, int64_t n, int64_t h, int64_t rd, int64_t wr,
+                      int64_t len, int64_t j0, int64_t nj, void *kws)
+{
+    const la_serve *sv = &p->sv;
+    la_call x = head_call(sv, n, h, 0, len, NULL, NULL);
+    if (!la_delta_head_packs(p->kern, &x))
+        return 0;
+    la_delta_head_run_packed(p->kern, &x, j0, nj, sv->c.dt.s,
+                             rd < 0 ? NULL : la_serve_state(sv, rd, h),
+                             wr < 0 ? NULL : la_serve_state(sv, wr, h), sv->s_row, sv->s_col, kws);
+    return 1;
+}
+
 static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
 {
     const la_serve *sv = &p->sv;
@@ -268,6 +287,9 @@ static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
     if (c->dt.s == LINATTN_BF16 && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA &&
         len == 1 && sv->s_col == 1 && sv->s_row == c->dv &&
         run_bf16_in_place(p, n, h, rd, wr, len, j0, nj, kws))
+        return;
+    if (sv->K == 0 && c->family == LA_FAMILY_DELTA && (sv->s_col == 1 || sv->s_row == 1) &&
+        run_packed(p, n, h, rd, wr, len, j0, nj, kws))
         return;
     if (in_place) {
         W = la_serve_state(sv, wr, h);

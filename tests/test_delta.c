@@ -873,7 +873,7 @@ static float *copy_floats(const float *x, size_t n)
  * entry says: both choices are forced here. */
 START_TEST(packed_state_same_bits)
 {
-    if (table->delta == NULL || table->delta->pack == NULL) {
+    if (table->delta == NULL || table->delta->pack_tile == 0) {
         printf("table %s: no packed copy (its delta ops do not pack); nothing to compare\n",
                table->name);
         return;
@@ -914,6 +914,115 @@ START_TEST(packed_state_same_bits)
                     free(o1);
                     free(s1);
                     dproblem_free(&p);
+                }
+    la_force_table(table);
+}
+END_TEST
+
+/* A pool call that runs on the packed copy takes it straight from the pool
+ * and writes it straight back (plan.c run_packed); the same call through a
+ * K-first float copy (packing never) gives the same bits. K-first and
+ * V-first pools with padded rows (the padding holds a marker that must
+ * stay), float and bfloat16, moved, zero-start, in-place and unwritten
+ * slots, dv over several packed tiles, 1 and 3 threads. */
+START_TEST(packed_pool_same_bits)
+{
+    if (table->delta == NULL || table->delta->pack_tile == 0) {
+        printf("table %s: no packed copy (its delta ops do not pack); nothing to compare\n",
+               table->name);
+        return;
+    }
+    la_tuning never = *la_active_kernels()->delta_tuning, always = never;
+    never.delta_pack_from_T = LA_TUNE_NEVER;
+    always.delta_pack_from_T = 1;
+    enum { B = 4, H = 2, SLOTS = 9, PAD = 3 };
+    const int64_t dk = 13, dv = 2 * table->delta->pack_tile + 5;
+    const int32_t rd[B] = {5, -1, 2, 7}, wr[B] = {1, 4, 2, -1};
+    static const int64_t Ts[] = {3, 40};
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+        for (int vfirst = 0; vfirst <= 1; vfirst++)
+            for (int bf16 = 0; bf16 <= 1; bf16++)
+                for (int threads = 1; threads <= 3; threads += 2) {
+                    const int64_t T = Ts[ti], tok = B * T * H;
+                    const int64_t row = vfirst ? 1 : dv + PAD, col = vfirst ? dk + PAD : 1;
+                    const int64_t head = vfirst ? dv * col : dk * row, elems = SLOTS * H * head;
+                    const size_t es = bf16 ? 2 : 4;
+                    float *q = malloc((size_t)(tok * dk) * sizeof(float));
+                    float *k = malloc((size_t)(tok * dk) * sizeof(float));
+                    float *v = malloc((size_t)(tok * dv) * sizeof(float));
+                    float *g = malloc((size_t)tok * sizeof(float));
+                    float *beta = malloc((size_t)tok * sizeof(float));
+                    float *o1 = calloc((size_t)(tok * dv), sizeof(float));
+                    float *o2 = calloc((size_t)(tok * dv), sizeof(float));
+                    unsigned char *pool0 = malloc((size_t)elems * es);
+                    unsigned char *pool1 = malloc((size_t)elems * es);
+                    unsigned char *pool2 = malloc((size_t)elems * es);
+                    ck_assert(q && k && v && g && beta && o1 && o2 && pool0 && pool1 && pool2);
+                    for (int64_t e = 0; e < tok * dk; e++)
+                        q[e] = rand_uniform(-1, 1), k[e] = rand_uniform(-1, 1);
+                    for (int64_t e = 0; e < tok * dv; e++)
+                        v[e] = rand_uniform(-0.3f, 5);
+                    for (int64_t e = 0; e < tok; e++)
+                        g[e] = rand_uniform(-2, 0), beta[e] = rand_uniform(0, 1);
+                    for (int64_t e = 0; e < elems; e++) {
+                        const int64_t in_head = e % head;
+                        const int64_t i = vfirst ? in_head % col : in_head / row;
+                        const int64_t j = vfirst ? in_head / col : in_head % row;
+                        const float x = i < dk && j < dv ? rand_uniform(-0.3f, 0.3f) : 1234.5f;
+                        uint32_t u;
+                        memcpy(&u, &x, sizeof u);
+                        if (bf16)
+                            ((uint16_t *)pool0)[e] = (uint16_t)(u >> 16);
+                        else
+                            ((float *)pool0)[e] = x;
+                    }
+                    memcpy(pool1, pool0, (size_t)elems * es);
+                    memcpy(pool2, pool0, (size_t)elems * es);
+                    linattn_config cfg;
+                    linattn_config_init(&cfg, B, H, T, dk, dv);
+                    linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+                    cfg.normalize = 0, cfg.qk_l2norm = 1, cfg.num_threads = threads;
+                    cfg.algo = LINATTN_ALGO_RECURRENT;
+                    cfg.dtype.s = bf16 ? LINATTN_BF16 : LINATTN_F32;
+                    linattn_state_pool pool = {.slots = SLOTS, .slot = H * head, .head = head,
+                                               .row = row, .col = col, .read_slots = rd,
+                                               .write_slots = wr};
+                    linattn_operands ops;
+                    linattn_operands_init(&ops);
+                    ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = beta, ops.pool = &pool;
+                    ops.o = o1, ops.s = pool1;
+                    la_force_table_tuning(table, NULL, &never);
+                    ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK,
+                                  "%s", linattn_last_error());
+                    ops.o = o2, ops.s = pool2;
+                    la_force_table_tuning(table, NULL, &always);
+                    ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK,
+                                  "%s", linattn_last_error());
+                    const char *what = vfirst ? (bf16 ? "V-first bf16" : "V-first f32")
+                                              : (bf16 ? "K-first bf16" : "K-first f32");
+                    ck_assert_msg(memcmp(o1, o2, (size_t)(tok * dv) * sizeof(float)) == 0,
+                                  "%s T = %lld, %d threads: o differs on the packed copy", what,
+                                  (long long)T, threads);
+                    ck_assert_msg(memcmp(pool1, pool2, (size_t)elems * es) == 0,
+                                  "%s T = %lld, %d threads: the pool differs on the packed copy",
+                                  what, (long long)T, threads);
+                    /* slot 7 is only read, and slots no call names are kept */
+                    ck_assert_msg(memcmp(pool2 + (size_t)(7 * H * head) * es,
+                                         pool0 + (size_t)(7 * H * head) * es,
+                                         (size_t)(H * head) * es) == 0,
+                                  "%s T = %lld: a slot only read was written", what, (long long)T);
+                    for (int64_t e = 0; e < elems; e++) {
+                        const int64_t in_head = e % head;
+                        const int64_t i = vfirst ? in_head % col : in_head / row;
+                        const int64_t j = vfirst ? in_head / col : in_head % row;
+                        if (i >= dk || j >= dv)
+                            ck_assert_msg(memcmp(pool2 + (size_t)e * es, pool0 + (size_t)e * es,
+                                                 es) == 0,
+                                          "%s T = %lld: padding element %lld written", what,
+                                          (long long)T, (long long)e);
+                    }
+                    free(q), free(k), free(v), free(g), free(beta), free(o1), free(o2);
+                    free(pool0), free(pool1), free(pool2);
                 }
     la_force_table(table);
 }
@@ -1155,6 +1264,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, nan_propagates_only_forward);
     tcase_add_test(oracle, threads_bitwise_equal);
     tcase_add_test(oracle, packed_state_same_bits);
+    tcase_add_test(oracle, packed_pool_same_bits);
     tcase_add_test(oracle, step_tiles_same_bits);
     suite_add_tcase(s, oracle);
 

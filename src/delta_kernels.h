@@ -471,9 +471,10 @@ LA_INLINE void delta_vfirst_gate(const la_head *h, void *s, int bf16, int64_t j0
             delta_vfirst_token(h, s, bf16, j, ng, f, dkp, t0, gate);
             j += ng * VFIRST_ROWS;
         }
+    } else {
+        for (; j + VFIRST_ROWS <= j0 + nj; j += VFIRST_ROWS)
+            delta_vfirst_rows(h, s, bf16, j, VFIRST_ROWS, f, dkp, t0, n, gate);
     }
-    for (; j + VFIRST_ROWS <= j0 + nj; j += VFIRST_ROWS)
-        delta_vfirst_rows(h, s, bf16, j, VFIRST_ROWS, f, dkp, t0, n, gate);
     for (; j < j0 + nj; j++)
         delta_vfirst_rows(h, s, bf16, j, 1, f, dkp, t0, n, gate);
 }
@@ -491,7 +492,9 @@ LA_INLINE void delta_vfirst_block(const la_head *h, void *s, int bf16, int64_t j
 }
 
 /* A float state (h->s), or a bfloat16 one (h->s_bf16) widened on load and
- * rounded on store, once per token: the driver gives it one-token calls. */
+ * rounded on store, once per token (the driver gives it one-token calls;
+ * it is run a token at a time all the same, so that only the one-token
+ * form is instantiated for it). */
 static void delta_recurrent_vfirst(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dkp = round_vw(h->dk);
@@ -501,7 +504,9 @@ static void delta_recurrent_vfirst(const la_head *h, int64_t j0, int64_t nj, voi
         for (int64_t i = 0; i < n; i++)
             delta_prepare(h, t0 + i, f + i * DELTA_FEATURES * dkp, dkp);
         if (h->s_bf16)
-            delta_vfirst_block(h, h->s_bf16, 1, j0, nj, f, dkp, t0, n);
+            for (int64_t i = 0; i < n; i++)
+                delta_vfirst_block(h, h->s_bf16, 1, j0, nj, f + i * DELTA_FEATURES * dkp, dkp,
+                                   t0 + i, 1);
         else
             delta_vfirst_block(h, h->s, 0, j0, nj, f, dkp, t0, n);
     }

@@ -58,20 +58,24 @@ static size_t kernel_bytes(const la_kernels *kern, const la_call *c, const delta
                                    : kern->delta->recurrent_bytes(a->block, c->dk, nj));
 }
 
-/* Whether the recurrent form works on the kernels' packed copy of a float
- * K-first state (tuning.h: delta_pack_from_T; never for a step). */
-static int packs(const la_kernels *kern, const la_call *c, const delta_algo *a)
+/* Whether the recurrent form works on the kernels' packed copy of the
+ * state (never for a step): from delta_pack_from_T tokens on (tuning.h),
+ * where the copy costs two passes over a state the kernels could sweep
+ * where it lies. moved: the caller copies the state into a float working
+ * copy and back in any case, so filling the packed copy instead costs
+ * nothing more: it packs from one token on wherever the entry packs at
+ * all (plan.c run_packed says for which pools, with figures). */
+static int packs(const la_kernels *kern, const la_call *c, const delta_algo *a, int moved)
 {
-    return !c->step && !a->chunked && kern->delta->pack_tile > 0 &&
-           c->T >= kern->delta_tuning->delta_pack_from_T;
+    const int64_t from = kern->delta_tuning->delta_pack_from_T;
+    return !c->step && !a->chunked && kern->delta->pack_tile > 0 && c->T >= 1 &&
+           from != LA_TUNE_NEVER && c->T >= (moved ? 1 : from);
 }
 
-static size_t packed_bytes(const la_kernels *kern, const la_call *c, const delta_algo *a,
-                           int64_t nj)
+static size_t packed_bytes(const la_kernels *kern, const la_call *c, int64_t nj)
 {
     const la_delta_ops *d = kern->delta;
-    return packs(kern, c, a) ? la_size_up64(la_packed_bytes(c->dk, nj, d->pack_tile, d->pack_ld))
-                             : 0;
+    return la_size_up64(la_packed_bytes(c->dk, nj, d->pack_tile, d->pack_ld));
 }
 
 /* Where a head's state is: float K-first (s; packed: the kernels' packed
@@ -233,8 +237,8 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
     j.stage_bytes = la_stage_bytes(&any, j.a.block);
     j.zero_bytes = c->s ? 0 : la_size_mul(la_size_floats(c->head_state_elems), (size_t)j.members);
     j.kws_bytes = kernel_bytes(kern, c, &j.a, j.tile);
-    j.pack = packs(kern, c, &j.a);
-    j.pack_bytes = packed_bytes(kern, c, &j.a, j.tile);
+    j.pack = packs(kern, c, &j.a, 0);
+    j.pack_bytes = j.pack ? packed_bytes(kern, c, j.tile) : 0;
     j.per_thread = la_size_add(la_size_add(j.stage_bytes, j.zero_bytes),
                                la_size_add(la_size_mul(j.pack_bytes, (size_t)j.members),
                                            j.kws_bytes));
@@ -261,6 +265,7 @@ int64_t la_delta_unit_columns(const la_kernels *kern, const la_call *c)
     return w < c->dv ? w : c->dv;
 }
 
+/* (enough for a call run either way: la_delta_head_run_packed included) */
 size_t la_delta_head_bytes(const la_kernels *kern, const la_call *c, int64_t nj)
 {
     if (c->T < 1)
@@ -268,7 +273,7 @@ size_t la_delta_head_bytes(const la_kernels *kern, const la_call *c, int64_t nj)
     const delta_algo a = choose_algo(kern, c);
     const la_source src = la_source_at(c, 0);
     return la_size_add(la_size_add(la_size_up64(la_stage_bytes(&src, a.block)),
-                                   packed_bytes(kern, c, &a, nj)),
+                                   packs(kern, c, &a, 1) ? packed_bytes(kern, c, nj) : 0),
                        kernel_bytes(kern, c, &a, nj));
 }
 
@@ -282,7 +287,7 @@ static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64
     const size_t sb = la_size_up64(la_stage_bytes(&src, a.block));
     la_stage_reset(ws);
     /* a float K-first state: on the packed copy when the tuning says so */
-    const size_t pb = st.s && !st.s_vld ? packed_bytes(kern, c, &a, nj) : 0;
+    const size_t pb = st.s && !st.s_vld && packs(kern, c, &a, 0) ? packed_bytes(kern, c, nj) : 0;
     float *copy = (float *)((unsigned char *)ws + sb);
     if (pb) {
         la_pack_tiles(st.s, c->dk, c->dv, j0, nj, kern->delta->pack_tile, kern->delta->pack_ld,
@@ -332,21 +337,70 @@ void la_delta_head_run_bf16(const la_kernels *kern, const la_call *c, int64_t j0
     head_run(kern, c, j0, nj, (head_state){NULL, 0, s, 0, NULL}, ws);
 }
 
-/* Whether a call works on the packed copy (tuning.h: delta_pack_from_T). */
-int la_delta_head_packs(const la_kernels *kern, const la_call *c)
+/* Whether a call works on the packed copy (moved: see packs). */
+int la_delta_head_packs(const la_kernels *kern, const la_call *c, int moved)
 {
     const delta_algo a = choose_algo(kern, c);
-    return c->T >= 1 && packs(kern, c, &a);
+    return packs(kern, c, &a, moved);
+}
+
+/* Columns [j0, j0 + nj) of a state of type t (element (i, j) at i * row +
+ * j * col, row or col 1) into the packed copy (src NULL: zeros), or out of
+ * it. K-first rows are read in address order, each row's tiles in turn (a
+ * tile's rows at a time would stride through the state a line per row);
+ * a V-first tile's columns are contiguous and go through the table's tile
+ * transposes. */
+static void fill_packed(const la_kernels *kern, int64_t dk, int64_t j0, int64_t nj,
+                        linattn_dtype t, const void *src, int64_t row, int64_t col, float *copy)
+{
+    const la_stage_ops *st = kern->stage;
+    const int64_t tw = kern->delta->pack_tile, ld = kern->delta->pack_ld;
+    for (int64_t jb = 0; col != 1 && jb < nj; jb += tw) {
+        const int64_t w = nj - jb < tw ? nj - jb : tw;
+        float *tile = la_packed_tile(copy, dk, ld, jb / tw);
+        if (src)
+            st->transpose_in(t, la_at(src, t, (j0 + jb) * col), col, w, dk, tile, ld);
+        else
+            for (int64_t i = 0; i < dk; i++)
+                memset(tile + i * ld, 0, (size_t)w * sizeof(float));
+    }
+    for (int64_t i = 0; col == 1 && i < dk; i++) {
+        float *to = copy + i * ld; /* row i of tile 0, then of each next tile */
+        for (int64_t jb = 0; jb < nj; jb += tw, to += dk * ld) {
+            const int64_t w = nj - jb < tw ? nj - jb : tw;
+            if (src)
+                st->load(t, la_at(src, t, i * row + j0 + jb), w, to);
+            else
+                memset(to, 0, (size_t)w * sizeof(float));
+        }
+    }
+}
+
+static void drain_packed(const la_kernels *kern, int64_t dk, int64_t j0, int64_t nj,
+                         linattn_dtype t, const float *copy, void *dst, int64_t row, int64_t col)
+{
+    const la_stage_ops *st = kern->stage;
+    const int64_t tw = kern->delta->pack_tile, ld = kern->delta->pack_ld;
+    for (int64_t jb = 0; col != 1 && jb < nj; jb += tw) {
+        const int64_t w = nj - jb < tw ? nj - jb : tw;
+        st->transpose_out(t, la_packed_tile((float *)copy, dk, ld, jb / tw), ld, dk, w,
+                          (void *)la_at(dst, t, (j0 + jb) * col), col);
+    }
+    for (int64_t i = 0; col == 1 && i < dk; i++) {
+        const float *from = copy + i * ld;
+        for (int64_t jb = 0; jb < nj; jb += tw, from += dk * ld) {
+            const int64_t w = nj - jb < tw ? nj - jb : tw;
+            st->store(t, from, w, (void *)la_at(dst, t, i * row + j0 + jb));
+        }
+    }
 }
 
 /* Such a call with the copy filled straight from a pool's state of type t
- * and written straight back: element (i, j) of the head at i * row + j * col
- * elements, row or col 1 (K-first rows are widened a row at a time, V-first
- * columns go through the table's tile transposes into each packed tile).
- * src NULL: a zero state; dst NULL: the final state is not kept. Through a
- * K-first float copy the state would be moved twice more (into the copy,
- * then packed; unpacked, then out); the arithmetic is the same, so are the
- * bits. */
+ * and written straight back (element (i, j) of the head at i * row + j *
+ * col, row or col 1). src NULL: a zero state; dst NULL: the final state is
+ * not kept. Through a K-first float copy the state would be moved twice
+ * more (into the copy, then packed; unpacked, then out); the arithmetic is
+ * the same, so are the bits. */
 void la_delta_head_run_packed(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                               linattn_dtype t, const void *src, void *dst, int64_t row,
                               int64_t col, void *ws)
@@ -354,34 +408,11 @@ void la_delta_head_run_packed(const la_kernels *kern, const la_call *c, int64_t 
     const delta_algo a = choose_algo(kern, c);
     const la_source s = la_source_at(c, 0);
     const size_t sb = la_size_up64(la_stage_bytes(&s, a.block));
-    const size_t pb = packed_bytes(kern, c, &a, nj);
-    const la_stage_ops *st = kern->stage;
-    const int64_t dk = c->dk, tw = kern->delta->pack_tile, ld = kern->delta->pack_ld;
     float *copy = (float *)((unsigned char *)ws + sb);
-    for (int64_t jb = 0; jb < nj; jb += tw) {
-        const int64_t w = nj - jb < tw ? nj - jb : tw;
-        float *tile = la_packed_tile(copy, dk, ld, jb / tw);
-        const int64_t e = (j0 + jb) * col; /* element (0, j0 + jb) */
-        if (src == NULL)
-            for (int64_t i = 0; i < dk; i++)
-                memset(tile + i * ld, 0, (size_t)w * sizeof(float));
-        else if (col == 1)
-            for (int64_t i = 0; i < dk; i++)
-                st->load(t, la_at(src, t, i * row + e), w, tile + i * ld);
-        else
-            st->transpose_in(t, la_at(src, t, e), col, w, dk, tile, ld);
-    }
+    fill_packed(kern, c->dk, j0, nj, t, src, row, col, copy);
     la_stage_reset(ws);
     head_tokens(kern, c, &a, &s, (head_state){copy, 0, NULL, 1, NULL}, j0, nj, ws,
-                (unsigned char *)ws + sb + pb);
-    for (int64_t jb = 0; dst && jb < nj; jb += tw) {
-        const int64_t w = nj - jb < tw ? nj - jb : tw;
-        const float *tile = la_packed_tile(copy, dk, ld, jb / tw);
-        const int64_t e = (j0 + jb) * col;
-        if (col == 1)
-            for (int64_t i = 0; i < dk; i++)
-                st->store(t, tile + i * ld, w, (void *)la_at(dst, t, i * row + e));
-        else
-            st->transpose_out(t, tile, ld, dk, w, (void *)la_at(dst, t, e), col);
-    }
+                (unsigned char *)ws + sb + packed_bytes(kern, c, nj));
+    if (dst)
+        drain_packed(kern, c->dk, j0, nj, t, copy, dst, row, col);
 }

@@ -921,7 +921,8 @@ END_TEST
 
 /* A pool call that runs on the packed copy takes it straight from the pool
  * and writes it straight back (plan.c run_packed); the same call through a
- * K-first float copy (packing never) gives the same bits. K-first and
+ * K-first float copy (packing never) gives the same bits as packing from 32
+ * tokens and from 1. K-first and
  * V-first pools with padded rows (the padding holds a marker that must
  * stay), float and bfloat16, moved, zero-start, in-place and unwritten
  * slots, dv over several packed tiles, 1 and 3 threads. */
@@ -932,13 +933,16 @@ START_TEST(packed_pool_same_bits)
                table->name);
         return;
     }
-    la_tuning never = *la_active_kernels()->delta_tuning, always = never;
+    /* from 32: a float V-first call of 20 tokens packs (its state is
+     * transposed anyway), the others do not */
+    la_tuning never = *la_active_kernels()->delta_tuning, from32 = never, always = never;
     never.delta_pack_from_T = LA_TUNE_NEVER;
+    from32.delta_pack_from_T = 32;
     always.delta_pack_from_T = 1;
     enum { B = 4, H = 2, SLOTS = 9, PAD = 3 };
     const int64_t dk = 13, dv = 2 * table->delta->pack_tile + 5;
     const int32_t rd[B] = {5, -1, 2, 7}, wr[B] = {1, 4, 2, -1};
-    static const int64_t Ts[] = {3, 40};
+    static const int64_t Ts[] = {3, 20, 40};
     for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
         for (int vfirst = 0; vfirst <= 1; vfirst++)
             for (int bf16 = 0; bf16 <= 1; bf16++)
@@ -977,7 +981,6 @@ START_TEST(packed_pool_same_bits)
                             ((float *)pool0)[e] = x;
                     }
                     memcpy(pool1, pool0, (size_t)elems * es);
-                    memcpy(pool2, pool0, (size_t)elems * es);
                     linattn_config cfg;
                     linattn_config_init(&cfg, B, H, T, dk, dv);
                     linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
@@ -994,18 +997,26 @@ START_TEST(packed_pool_same_bits)
                     la_force_table_tuning(table, NULL, &never);
                     ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK,
                                   "%s", linattn_last_error());
-                    ops.o = o2, ops.s = pool2;
-                    la_force_table_tuning(table, NULL, &always);
-                    ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK,
-                                  "%s", linattn_last_error());
                     const char *what = vfirst ? (bf16 ? "V-first bf16" : "V-first f32")
                                               : (bf16 ? "K-first bf16" : "K-first f32");
-                    ck_assert_msg(memcmp(o1, o2, (size_t)(tok * dv) * sizeof(float)) == 0,
-                                  "%s T = %lld, %d threads: o differs on the packed copy", what,
-                                  (long long)T, threads);
-                    ck_assert_msg(memcmp(pool1, pool2, (size_t)elems * es) == 0,
-                                  "%s T = %lld, %d threads: the pool differs on the packed copy",
-                                  what, (long long)T, threads);
+                    const la_tuning *packing[2] = {&from32, &always};
+                    for (int pk = 0; pk < 2; pk++) {
+                        memcpy(pool2, pool0, (size_t)elems * es);
+                        memset(o2, 0, (size_t)(tok * dv) * sizeof(float));
+                        ops.o = o2, ops.s = pool2;
+                        la_force_table_tuning(table, NULL, packing[pk]);
+                        ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) ==
+                                          LINATTN_OK,
+                                      "%s", linattn_last_error());
+                        ck_assert_msg(memcmp(o1, o2, (size_t)(tok * dv) * sizeof(float)) == 0,
+                                      "%s T = %lld, %d threads, packing from %lld: o differs", what,
+                                      (long long)T, threads,
+                                      (long long)packing[pk]->delta_pack_from_T);
+                        ck_assert_msg(memcmp(pool1, pool2, (size_t)elems * es) == 0,
+                                      "%s T = %lld, %d threads, packing from %lld: the pool differs",
+                                      what, (long long)T, threads,
+                                      (long long)packing[pk]->delta_pack_from_T);
+                    }
                     /* slot 7 is only read, and slots no call names are kept */
                     ck_assert_msg(memcmp(pool2 + (size_t)(7 * H * head) * es,
                                          pool0 + (size_t)(7 * H * head) * es,

@@ -157,15 +157,17 @@ static void state_store(const la_serve *sv, const la_stage_ops *st, int64_t slot
 }
 
 /* Longest delta call on a V-first pool run in place on the V-first
- * recurrent kernels; longer ones are transposed onto the K-first kernels.
- * serve-bench pool_prefill T (B = 16, H = 32, dk = dv = 128, one thread,
- * Zen 3, medians of 5 interleaved runs, ratio to the contiguous call):
- * in place 1.06 (T = 1), 0.98 (2), 1.02 (3), 1.00 (4), 1.06 (6), 1.08
- * (8), 1.14 (12), 1.18 (16), 1.19 (24); transposed 1.87, 1.69, 1.58, 1.47,
- * 1.36, 1.29, 1.20, 1.17, 1.13. Even at 16 (a second set: 1.18 against
- * 1.20), the transposes ahead at 24. */
+ * recurrent kernels; longer ones are transposed onto the K-first kernels
+ * (the packed copy, where the table packs). serve-bench pool_prefill T
+ * (B = 16, H = 32, dk = dv = 128, one thread, Zen 3, 3 interleaved runs,
+ * ratio to the contiguous call), in place against transposed onto the
+ * packed copy: 1.14-1.22 / 1.36-1.42 (T = 6), 1.19-1.24 / 1.27-1.32 (8),
+ * 1.24-1.29 / 1.23-1.28 (10), 1.27-1.32 / 1.18-1.24 (12), 1.33-1.36 /
+ * 1.08-1.20 (16). Level at 10; 8 since the packed kernels gain more on
+ * the Xeon (0.52 of the zmm peak against 0.32 unpacked). 16 before the
+ * transposes filled the packed copy directly (docs/kernels.md). */
 #ifndef LA_VFIRST_MAX_T /* a variant build may set it, to measure either form */
-#define LA_VFIRST_MAX_T 16
+#define LA_VFIRST_MAX_T 8
 #endif
 enum { VFIRST_MAX_T = LA_VFIRST_MAX_T };
 

@@ -9,7 +9,9 @@
  *        machine's drifts fall on both sides of it;
  *   varlen   8 packed sequences of 64..4096 tokens on 2 threads against 1;
  *   plan     a plan's units from a pthread pool (static ith/nth split, and a
- *        shared counter) against linattn_run on as many OpenMP threads.
+ *        shared counter) against linattn_run on as many OpenMP threads;
+ *        these too are timed in turn and reported as medians (and
+ *        quartiles) of per-rep ratios.
  * pool_*_bf16: the same with a bfloat16 state, against the contiguous
  * bfloat16 call through linattn_run. Times are medians of repeated calls
  * (CLOCK_MONOTONIC). */
@@ -36,21 +38,6 @@ static int cmp_d(const void *a, const void *b)
 }
 
 typedef void (*bench_fn)(void *);
-
-/* median seconds per call over `reps` timed calls after one warm-up */
-static double timed(bench_fn fn, void *ctx, int reps)
-{
-    double t[64];
-    reps = reps > 64 ? 64 : reps;
-    fn(ctx);
-    for (int r = 0; r < reps; r++) {
-        const double t0 = now();
-        fn(ctx);
-        t[r] = now() - t0;
-    }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
-    return t[reps / 2];
-}
 
 static float *randf(size_t n, float lo, float hi, unsigned *seed)
 {
@@ -236,6 +223,18 @@ static void run_packed(void *p)
         die("packed call");
 }
 
+static void run_packed_1(void *p)
+{
+    ((packed *)p)->cfg.num_threads = 1;
+    run_packed(p);
+}
+
+static void run_packed_2(void *p)
+{
+    ((packed *)p)->cfg.num_threads = 2;
+    run_packed(p);
+}
+
 typedef struct {
     packed *x;
     int ith;
@@ -279,6 +278,18 @@ static void run_plan(void *p)
     linattn_plan_destroy(x->plan);
 }
 
+static void run_plan_static(void *p)
+{
+    ((packed *)p)->dynamic = 0;
+    run_plan(p);
+}
+
+static void run_plan_counter(void *p)
+{
+    ((packed *)p)->dynamic = 1;
+    run_plan(p);
+}
+
 static void varlen_cases(int64_t H, int64_t D, int quick, int reps)
 {
     static const int64_t lens_full[8] = {4096, 64, 512, 128, 2048, 256, 1024, 3072};
@@ -302,32 +313,30 @@ static void varlen_cases(int64_t H, int64_t D, int quick, int reps)
     linattn_operands_init(&x.ops);
     x.ops.q = q, x.ops.k = k, x.ops.v = v, x.ops.g = g, x.ops.beta = beta, x.ops.o = o;
     x.ops.s = s, x.ops.pool = &x.pool, x.ops.cu_seqlens = x.cu, x.ops.num_seqs = 8;
-    x.cfg.num_threads = 1;
-    const double t1 = timed(run_packed, &x, reps);
-    x.cfg.num_threads = 2;
-    const double t2 = timed(run_packed, &x, reps);
+    /* 1 and 2 threads timed in turn, rep after rep (timed_together) */
+    bench_fn fns[3] = {run_packed_1, run_packed_2};
+    double t[3], r[3][3];
+    timed_together(fns, &x, 2, reps, t, r);
     printf("{\"case\": \"varlen\", \"seqs\": 8, \"T\": %lld, \"H\": %lld, \"dk\": %lld, "
-           "\"ms_1_thread\": %.3f, \"ms_2_threads\": %.3f, \"speedup_2_over_1\": %.3f}\n",
-           (long long)T, (long long)H, (long long)D, 1e3 * t1, 1e3 * t2, t1 / t2);
-    /* plans from pthreads against OpenMP, 2 threads */
+           "\"ms_1_thread\": %.3f, \"ms_2_threads\": %.3f, \"speedup_2_over_1\": %.3f, "
+           "\"speedup_2_over_1_q\": [%.3f, %.3f]}\n",
+           (long long)T, (long long)H, (long long)D, 1e3 * t[0], 1e3 * t[1], 1 / r[1][1],
+           1 / r[1][2], 1 / r[1][0]);
+    /* plans from pthreads against OpenMP, 2 threads, the three in turn */
     x.nth = 2;
     x.ws = aligned_alloc(64, 1 << 26);
-    double tp[2];
-    for (int dyn = 0; dyn < 2; dyn++) {
-        x.dynamic = dyn;
-        /* the workspace must fit the 64 MiB block */
-        linattn_plan *probe;
-        if (linattn_plan_create(&probe, LINATTN_OP_DELTA_FORWARD, &x.cfg, &x.ops) != LINATTN_OK)
-            die("plan");
-        if (linattn_plan_workspace_size(probe) * 2 > (1u << 26))
-            die("workspace");
-        linattn_plan_destroy(probe);
-        tp[dyn] = timed(run_plan, &x, reps);
-    }
+    linattn_plan *probe; /* the workspace must fit the 64 MiB block */
+    if (linattn_plan_create(&probe, LINATTN_OP_DELTA_FORWARD, &x.cfg, &x.ops) != LINATTN_OK)
+        die("plan");
+    if (linattn_plan_workspace_size(probe) * 2 > (1u << 26))
+        die("workspace");
+    linattn_plan_destroy(probe);
+    fns[0] = run_packed_2, fns[1] = run_plan_static, fns[2] = run_plan_counter;
+    timed_together(fns, &x, 3, reps, t, r);
     printf("{\"case\": \"plan_pthreads\", \"threads\": 2, \"ms_openmp\": %.3f, "
            "\"ms_pthread_static\": %.3f, \"ms_pthread_counter\": %.3f, \"ratio_static\": %.3f, "
-           "\"ratio_counter\": %.3f}\n",
-           1e3 * t2, 1e3 * tp[0], 1e3 * tp[1], tp[0] / t2, tp[1] / t2);
+           "\"ratio_counter\": %.3f, \"ratio_counter_q\": [%.3f, %.3f]}\n",
+           1e3 * t[0], 1e3 * t[1], 1e3 * t[2], r[1][1], r[2][1], r[2][0], r[2][2]);
     free(x.ws);
     free(q), free(k), free(v), free(o), free(g), free(beta), free(s);
 }

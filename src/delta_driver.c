@@ -355,7 +355,20 @@ static void fill_packed(const la_kernels *kern, int64_t dk, int64_t j0, int64_t 
 {
     const la_stage_ops *st = kern->stage;
     const int64_t tw = kern->delta->pack_tile, ld = kern->delta->pack_ld;
-    for (int64_t jb = 0; col != 1 && jb < nj; jb += tw) {
+    if (col == 1) {
+        for (int64_t i = 0; i < dk; i++) {
+            float *to = copy + i * ld; /* row i of tile 0, then of each next tile */
+            for (int64_t jb = 0; jb < nj; jb += tw, to += dk * ld) {
+                const int64_t w = nj - jb < tw ? nj - jb : tw;
+                if (src)
+                    st->load(t, la_at(src, t, i * row + j0 + jb), w, to);
+                else
+                    memset(to, 0, (size_t)w * sizeof(float));
+            }
+        }
+        return;
+    }
+    for (int64_t jb = 0; jb < nj; jb += tw) {
         const int64_t w = nj - jb < tw ? nj - jb : tw;
         float *tile = la_packed_tile(copy, dk, ld, jb / tw);
         if (src)
@@ -364,16 +377,6 @@ static void fill_packed(const la_kernels *kern, int64_t dk, int64_t j0, int64_t 
             for (int64_t i = 0; i < dk; i++)
                 memset(tile + i * ld, 0, (size_t)w * sizeof(float));
     }
-    for (int64_t i = 0; col == 1 && i < dk; i++) {
-        float *to = copy + i * ld; /* row i of tile 0, then of each next tile */
-        for (int64_t jb = 0; jb < nj; jb += tw, to += dk * ld) {
-            const int64_t w = nj - jb < tw ? nj - jb : tw;
-            if (src)
-                st->load(t, la_at(src, t, i * row + j0 + jb), w, to);
-            else
-                memset(to, 0, (size_t)w * sizeof(float));
-        }
-    }
 }
 
 static void drain_packed(const la_kernels *kern, int64_t dk, int64_t j0, int64_t nj,
@@ -381,17 +384,20 @@ static void drain_packed(const la_kernels *kern, int64_t dk, int64_t j0, int64_t
 {
     const la_stage_ops *st = kern->stage;
     const int64_t tw = kern->delta->pack_tile, ld = kern->delta->pack_ld;
-    for (int64_t jb = 0; col != 1 && jb < nj; jb += tw) {
+    if (col == 1) {
+        for (int64_t i = 0; i < dk; i++) {
+            const float *from = copy + i * ld;
+            for (int64_t jb = 0; jb < nj; jb += tw, from += dk * ld) {
+                const int64_t w = nj - jb < tw ? nj - jb : tw;
+                st->store(t, from, w, (void *)la_at(dst, t, i * row + j0 + jb));
+            }
+        }
+        return;
+    }
+    for (int64_t jb = 0; jb < nj; jb += tw) {
         const int64_t w = nj - jb < tw ? nj - jb : tw;
         st->transpose_out(t, la_packed_tile((float *)copy, dk, ld, jb / tw), ld, dk, w,
                           (void *)la_at(dst, t, (j0 + jb) * col), col);
-    }
-    for (int64_t i = 0; col == 1 && i < dk; i++) {
-        const float *from = copy + i * ld;
-        for (int64_t jb = 0; jb < nj; jb += tw, from += dk * ld) {
-            const int64_t w = nj - jb < tw ? nj - jb : tw;
-            st->store(t, from, w, (void *)la_at(dst, t, i * row + j0 + jb));
-        }
     }
 }
 

@@ -265,15 +265,15 @@ int64_t la_delta_unit_columns(const la_kernels *kern, const la_call *c)
     return w < c->dv ? w : c->dv;
 }
 
-/* (enough for a call run either way: la_delta_head_run_packed included) */
-size_t la_delta_head_bytes(const la_kernels *kern, const la_call *c, int64_t nj)
+/* (enough for la_delta_head_run_packed too, moved as there) */
+size_t la_delta_head_bytes(const la_kernels *kern, const la_call *c, int64_t nj, int moved)
 {
     if (c->T < 1)
         return 0;
     const delta_algo a = choose_algo(kern, c);
     const la_source src = la_source_at(c, 0);
     return la_size_add(la_size_add(la_size_up64(la_stage_bytes(&src, a.block)),
-                                   packs(kern, c, &a, 1) ? packed_bytes(kern, c, nj) : 0),
+                                   packs(kern, c, &a, moved) ? packed_bytes(kern, c, nj) : 0),
                        kernel_bytes(kern, c, &a, nj));
 }
 

@@ -57,10 +57,19 @@ static la_call head_call(const la_serve *sv, int64_t n, int64_t h, int64_t ta, i
     return x;
 }
 
+/* Whether a delta unit's state is moved into a float copy whatever its
+ * call (a float V-first pool: transposed), so that the copy may as well be
+ * the kernels' packed one from any length (run_packed). */
+static int state_moved(const la_serve *sv)
+{
+    return sv->s_row == 1 && sv->c.dt.s == LINATTN_F32;
+}
+
 static size_t head_bytes(const linattn_plan *p, const la_call *x)
 {
-    return p->sv.c.family == LA_FAMILY_DELTA ? la_delta_head_bytes(p->kern, x, p->sv.tile)
-                                              : la_additive_head_bytes(p->kern, x);
+    return p->sv.c.family == LA_FAMILY_DELTA
+               ? la_delta_head_bytes(p->kern, x, p->sv.tile, state_moved(&p->sv))
+               : la_additive_head_bytes(p->kern, x);
 }
 
 static void head_run(const linattn_plan *p, const la_call *x, int64_t j0, int64_t nj, void *ws)
@@ -244,7 +253,7 @@ static int run_packed(const linattn_plan *p, int64_t n, int64_t h, int64_t rd, i
 {
     const la_serve *sv = &p->sv;
     la_call x = head_call(sv, n, h, 0, len, NULL, NULL);
-    if (!la_delta_head_packs(p->kern, &x, sv->s_row == 1 && sv->c.dt.s == LINATTN_F32))
+    if (!la_delta_head_packs(p->kern, &x, state_moved(sv)))
         return 0;
     la_delta_head_run_packed(p->kern, &x, j0, nj, sv->c.dt.s,
                              rd < 0 ? NULL : la_serve_state(sv, rd, h),

@@ -97,7 +97,8 @@ static inline float *la_serve_z(const la_serve *sv, int64_t slot, int64_t h)
 size_t la_additive_head_bytes(const struct la_kernels *kern, const la_call *c);
 void la_additive_head_run(const struct la_kernels *kern, const la_call *c, void *ws);
 int64_t la_delta_unit_columns(const struct la_kernels *kern, const la_call *c);
-size_t la_delta_head_bytes(const struct la_kernels *kern, const la_call *c, int64_t nj);
+size_t la_delta_head_bytes(const struct la_kernels *kern, const la_call *c, int64_t nj,
+                           int moved);
 void la_delta_head_run(const struct la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                        void *ws);
 int la_delta_head_recurrent(const struct la_kernels *kern, const la_call *c);

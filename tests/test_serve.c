@@ -220,9 +220,11 @@ static double rel_diff(const float *a, const float *b, size_t n)
 static void world_compare(const world *w, const char *what)
 {
     const scenario *sc = &w->sc;
-    if (sc->delta && sc->vfirst && sc->K == 0) {
-        /* in place on the V-first kernels (recurrent calls): the same
-         * maths summed along the key axis, so to rounding */
+    if (sc->delta && sc->vfirst) {
+        /* in place on the V-first kernels (recurrent calls; with snapshots,
+         * where every token has a slot: spec_matches_vfirst_steps checks
+         * those bitwise): the same maths summed along the key axis, so to
+         * rounding */
         const size_t tok = (size_t)(w->B * w->T * sc->H);
         const size_t state = (size_t)(sc->slots * sc->H * sc->dk * sc->dv);
         const double eo = rel_diff(w->o, w->o_ref, tok * (size_t)sc->dv),
@@ -327,6 +329,86 @@ START_TEST(spec_decode_form)
         sc.wr[n] = -1;
     }
     run_scenario(&sc, "spec decode [N, K]");
+}
+END_TEST
+
+/* Speculative verification on a V-first pool, every token's state in a
+ * slot, runs as V-first decode steps token after token: the same bits as
+ * stepping the pool (a copy of the state into each token's slot, then a
+ * step there in place). Sequence 0 reads one of its own snapshot slots
+ * and writes no final state (vLLM after accepting tokens); 1 starts from
+ * zeros and 2 from another slot, both also keeping their final state in a
+ * write slot; dv spans two column tiles, two threads. */
+START_TEST(spec_matches_vfirst_steps)
+{
+    enum { N = 3, L = 4 };
+    scenario sc = {.delta = 1, .vfirst = 1, .packed = 1, .threads = 2, .N = N, .H = 2, .dk = 13,
+                   .dv = 150, .K = L, .slots = 16};
+    static const int32_t rd[N] = {2, -1, 14}, wr[N] = {-1, 12, 15};
+    for (int n = 0; n < N; n++) {
+        sc.lens[n] = L, sc.rd[n] = rd[n], sc.wr[n] = wr[n];
+        for (int j = 0; j < L; j++)
+            sc.snap[n * L + j] = (int32_t)(n * L + j);
+    }
+    world w;
+    world_make(&w, &sc);
+    const int64_t H = sc.H, dk = sc.dk, dv = sc.dv, T = w.T;
+    ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &w.cfg, &w.ops) == LINATTN_OK, "%s",
+                  linattn_last_error());
+    /* the reference: the pool stepped token after token, [N][H][D] inputs */
+    float *q = malloc(sizeof(float) * N * H * dk), *k = malloc(sizeof(float) * N * H * dk),
+          *v = malloc(sizeof(float) * N * H * dv), *o = malloc(sizeof(float) * N * H * dv),
+          *g = malloc(sizeof(float) * N * H), *beta = malloc(sizeof(float) * N * H);
+    int32_t at[N], to[N];
+    linattn_config cfg;
+    linattn_config_init_step(&cfg, N, H, dk, dv);
+    linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+    cfg.qk_l2norm = 1, cfg.normalize = 0, cfg.num_threads = 1;
+    linattn_state_pool pool = w.pool;
+    pool.read_slots = to, pool.write_slots = NULL, pool.snapshot_slots = NULL, pool.snapshots = 0;
+    linattn_operands ops;
+    linattn_operands_init(&ops);
+    ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = beta, ops.o = o, ops.s = w.s_ref;
+    ops.pool = &pool;
+    const size_t slot = (size_t)w.s_slot;
+    for (int n = 0; n < N; n++)
+        at[n] = rd[n];
+    for (int64_t t = 0; t < L; t++) {
+        for (int n = 0; n < N; n++) {
+            to[n] = sc.snap[n * L + t];
+            float *dst = w.s_ref + (size_t)to[n] * slot;
+            if (at[n] < 0)
+                memset(dst, 0, slot * sizeof(float));
+            else if (at[n] != to[n])
+                memcpy(dst, w.s_ref + (size_t)at[n] * slot, slot * sizeof(float));
+            at[n] = to[n];
+            for (int64_t h = 0; h < H; h++) {
+                const int64_t x = h * T + w.cu[n] + t, y = n * H + h; /* [H][T] -> [N][H] */
+                memcpy(q + y * dk, w.q + x * dk, sizeof(float) * dk);
+                memcpy(k + y * dk, w.k + x * dk, sizeof(float) * dk);
+                memcpy(v + y * dv, w.v + x * dv, sizeof(float) * dv);
+                g[y] = w.g[x], beta[y] = w.beta[x];
+            }
+        }
+        ck_assert_msg(linattn_run(LINATTN_OP_DELTA_STEP, &cfg, &ops) == LINATTN_OK, "%s",
+                      linattn_last_error());
+        for (int n = 0; n < N; n++)
+            for (int64_t h = 0; h < H; h++)
+                memcpy(w.o_ref + (h * T + w.cu[n] + t) * dv, o + (n * H + h) * dv,
+                       sizeof(float) * dv);
+    }
+    for (int n = 0; n < N; n++)
+        if (wr[n] >= 0)
+            memcpy(w.s_ref + (size_t)wr[n] * slot, w.s_ref + (size_t)at[n] * slot,
+                   slot * sizeof(float));
+    const size_t tok = (size_t)(T * H);
+    ck_assert_msg(memcmp(w.o, w.o_ref, tok * (size_t)dv * sizeof(float)) == 0,
+                  "spec on a V-first pool: o differs from stepping the pool (by %g)",
+                  rel_diff(w.o, w.o_ref, tok * (size_t)dv));
+    ck_assert_msg(memcmp(w.s, w.s_ref, (size_t)sc.slots * slot * sizeof(float)) == 0,
+                  "spec on a V-first pool: the pool differs from stepping it");
+    free(q), free(k), free(v), free(o), free(g), free(beta);
+    world_free(&w);
 }
 END_TEST
 
@@ -748,6 +830,7 @@ static Suite *serve_suite(void)
     tcase_add_loop_test(pool, batched_decode, 0, 4);
     tcase_add_loop_test(pool, snapshots_match_stepping, 0, 4);
     tcase_add_test(pool, spec_decode_form);
+    tcase_add_test(pool, spec_matches_vfirst_steps);
     tcase_add_loop_test(pool, packed_without_state, 0, 2);
     for (int bf16 = 0; bf16 < 2; bf16++)
         tcase_add_loop_test(pool, vfirst_prefill_matches_kfirst, 8 * bf16, 8 * bf16 + 6);

@@ -93,7 +93,7 @@ typedef struct {
     linattn_state_pool pool, layouts[2]; /* K-first, V-first */
     float *q, *k, *v, *g, *beta, *o;
     void *s_contig, *s_pool; /* float32, or bfloat16 with bf16 */
-    int32_t slots[64];
+    int32_t slots[64], no_write[64], snap_slots[64 * 8];
 } call;
 
 static void run_contig(void *p)
@@ -144,9 +144,12 @@ static uint16_t *rand_bf16(size_t n, float lo, float hi, unsigned *seed)
 }
 
 /* bf16: the state (contiguous and pools) in bfloat16, the baseline the
- * contiguous call through linattn_run */
-static void pool_case(const char *name, int step, int bf16, int64_t B, int64_t H, int64_t T,
-                      int64_t D, int threads, int reps)
+ * contiguous call through linattn_run. spec: speculative-decoding
+ * verification as vLLM calls it, T <= 8 tokens per sequence each leaving
+ * its state in a snapshot slot of its own (K = T) and no final write,
+ * against the contiguous call of T tokens, which writes one state. */
+static void pool_case(const char *name, int step, int bf16, int spec, int64_t B, int64_t H,
+                      int64_t T, int64_t D, int threads, int reps)
 {
     unsigned seed = 11;
     call c;
@@ -163,7 +166,7 @@ static void pool_case(const char *name, int step, int bf16, int64_t B, int64_t H
     c.q = randf(nt * D, -1, 1, &seed), c.k = randf(nt * D, -1, 1, &seed);
     c.v = randf(nt * D, -1, 1, &seed), c.o = randf(nt * D, 0, 0, &seed);
     c.g = randf(nt, -0.3f, 0, &seed), c.beta = randf(nt, 0, 1, &seed);
-    const int64_t slots = 2 * B + 3;
+    const int64_t slots = (spec ? (2 + T) * B : 2 * B) + 3;
     c.bf16 = bf16;
     if (bf16) {
         c.cfg.dtype.s = LINATTN_BF16;
@@ -173,8 +176,12 @@ static void pool_case(const char *name, int step, int bf16, int64_t B, int64_t H
         c.s_contig = randf(state * B, -0.1f, 0.1f, &seed);
         c.s_pool = randf(state * slots, -0.1f, 0.1f, &seed);
     }
-    for (int64_t b = 0; b < B; b++) /* scattered: every other slot, reversed */
+    for (int64_t b = 0; b < B; b++) { /* scattered: every other slot, reversed */
         c.slots[b] = (int32_t)(slots - 1 - 2 * b);
+        c.no_write[b] = -1;
+    }
+    for (int64_t i = 0; spec && i < B * T; i++) /* below the read slots: [B][T] */
+        c.snap_slots[i] = (int32_t)i;
     linattn_operands_init(&c.ops);
     c.ops.q = c.q, c.ops.k = c.k, c.ops.v = c.v, c.ops.g = c.g, c.ops.beta = c.beta;
     c.ops.o = c.o, c.ops.s = c.s_pool, c.ops.pool = &c.pool;
@@ -183,7 +190,10 @@ static void pool_case(const char *name, int step, int bf16, int64_t B, int64_t H
     for (int vfirst = 0; vfirst < 2; vfirst++)
         c.layouts[vfirst] = (linattn_state_pool){.slots = slots, .slot = H * D * D, .head = D * D,
                                                  .row = vfirst ? 1 : D, .col = vfirst ? D : 1,
-                                                 .read_slots = c.slots};
+                                                 .read_slots = c.slots,
+                                                 .write_slots = spec ? c.no_write : NULL,
+                                                 .snapshot_slots = spec ? c.snap_slots : NULL,
+                                                 .snapshots = spec ? T : 0};
     bench_fn fns[3] = {run_contig, run_pool_kfirst, run_pool_vfirst};
     double t[3], r[3][3];
     timed_together(fns, &c, 3, reps, t, r);
@@ -361,22 +371,31 @@ int main(int argc, char **argv)
         fprintf(stderr, "linattn-serve-bench: T must be 1..4096\n");
         return 2;
     }
+    const long spec_t = argc > 2 ? prefill_t : 4; /* speculative tokens: 1 + 3 drafts */
+    if (only && strcmp(only, "pool_spec") == 0 && spec_t > 8) {
+        fprintf(stderr, "linattn-serve-bench: pool_spec takes T of 1..8\n");
+        return 2;
+    }
 #define WANT(name) (only == NULL || strcmp(only, name) == 0)
     if (quick) {
-        pool_case("pool_prefill", 0, 0, 4, 4, 40, 16, 1, reps);
-        pool_case("pool_decode", 1, 0, 4, 4, 1, 16, 1, reps);
-        pool_case("pool_prefill_bf16", 0, 1, 4, 4, 40, 16, 1, reps);
+        pool_case("pool_prefill", 0, 0, 0, 4, 4, 40, 16, 1, reps);
+        pool_case("pool_decode", 1, 0, 0, 4, 4, 1, 16, 1, reps);
+        pool_case("pool_prefill_bf16", 0, 1, 0, 4, 4, 40, 16, 1, reps);
+        pool_case("pool_spec", 0, 0, 1, 4, 4, 4, 16, 1, reps);
         varlen_cases(2, 16, 1, reps);
     } else {
         if (WANT("pool_prefill"))
-            pool_case("pool_prefill", 0, 0, 16, 32, prefill_t, 128, 1, prefill_t < 64 ? 31 : 15);
+            pool_case("pool_prefill", 0, 0, 0, 16, 32, prefill_t, 128, 1,
+                      prefill_t < 64 ? 31 : 15);
         if (WANT("pool_prefill_bf16"))
-            pool_case("pool_prefill_bf16", 0, 1, 16, 32, prefill_t, 128, 1,
+            pool_case("pool_prefill_bf16", 0, 1, 0, 16, 32, prefill_t, 128, 1,
                       prefill_t < 64 ? 31 : 15);
         if (WANT("pool_decode"))
-            pool_case("pool_decode", 1, 0, 16, 32, 1, 128, 1, 31);
+            pool_case("pool_decode", 1, 0, 0, 16, 32, 1, 128, 1, 31);
         if (WANT("pool_decode_bf16"))
-            pool_case("pool_decode_bf16", 1, 1, 16, 32, 1, 128, 1, 31);
+            pool_case("pool_decode_bf16", 1, 1, 0, 16, 32, 1, 128, 1, 31);
+        if (WANT("pool_spec"))
+            pool_case("pool_spec", 0, 0, 1, 16, 32, spec_t, 128, 1, 31);
         if (WANT("varlen"))
             varlen_cases(4, 128, 0, reps);
     }

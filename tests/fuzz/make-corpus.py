@@ -209,6 +209,14 @@ def seeds():
     s["serve-slots-vfirst-bf16"] = call(kind="delta_forward", B=3, T=1, gate="channel",
                                         phi="identity", serve=[SERVE["slots_vfirst"], 3, 7, 7, 1,
                                                                1, 7, 7], ext=ext(s="bf16"))
+    # speculative verification on a V-first pool: K = T = 2 snapshots, no write slot, so each
+    # token steps in place in its own slot (one sequence, all in its read slot; then two)
+    s["serve-spec-vfirst"] = call(kind="delta_forward", B=1, T=2, gate="token", phi="identity",
+                                  serve=[SERVE["slots_vfirst"], 3 | 3 << 2, 0, 1, 0, 6])
+    s["serve-spec-vfirst-2seqs"] = call(kind="delta_forward", B=2, T=2, gate="channel",
+                                        phi="identity", threads=2,
+                                        serve=[SERVE["slots_vfirst"], 3 | 3 << 2, 0, 1, 0, 1,
+                                               0, 6, 2, 9])
     # one sequence, a pool of B - 1 = 0 slots: refused, nothing written
     s["serve-pool-no-slot"] = call(kind="delta_forward", B=1, T=2, gate="token", phi="identity",
                                    serve=[SERVE["slots_vfirst"], 32 | 64, 0, 0])

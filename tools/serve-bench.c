@@ -7,6 +7,10 @@
  *        forms are timed in turn, rep after rep, and each ratio is the
  *        median of the per-rep ratios (with quartiles), so that a shared
  *        machine's drifts fall on both sides of it;
+ *   pool_spec  speculative verification: T = 4 tokens (or the T given,
+ *        up to 8) per sequence, each token's state into a snapshot slot
+ *        of its own and no final write (vLLM's [N, K] indices), in both
+ *        pool layouts, against the contiguous T-token call;
  *   varlen   8 packed sequences of 64..4096 tokens on 2 threads against 1;
  *   plan     a plan's units from a pthread pool (static ith/nth split, and a
  *        shared counter) against linattn_run on as many OpenMP threads;
@@ -354,11 +358,11 @@ static void varlen_cases(int64_t H, int64_t D, int quick, int reps)
 int main(int argc, char **argv)
 {
     /* --quick: tiny shapes; a case name (pool_prefill, pool_decode, their
-     * _bf16 forms, varlen): that case alone; pool_prefill[_bf16] T: with T
-     * tokens */
+     * _bf16 forms, pool_spec, varlen): that case alone; pool_prefill[_bf16]
+     * and pool_spec T: with T tokens */
     if (argc > 1 && strcmp(argv[1], "--help") == 0) {
         printf("usage: linattn-serve-bench [--quick | pool_prefill [T] | pool_decode |\n"
-               "       pool_prefill_bf16 [T] | pool_decode_bf16 | varlen]\n"
+               "       pool_prefill_bf16 [T] | pool_decode_bf16 | pool_spec [T] | varlen]\n"
                "One JSON object per case: times (medians) and ratios to the baseline\n"
                "measured in the same run (see tools/serve-bench.c).\n");
         return 0;

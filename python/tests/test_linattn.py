@@ -684,7 +684,9 @@ def test_pool_ssm_state_indices_in_place(fn, v_first):
 def test_pool_spec_indices_and_num_accepted_tokens(fn):
     """[N, K] indices (speculative decoding): sequence n starts from slot
     idx[n, num_accepted_tokens[n] - 1]; the state after its token j goes to
-    slot idx[n, j], and nothing else is written."""
+    slot idx[n, j], and nothing else is written. The same bits as decoding
+    the pool token by token ([N] indices, in place), each token's state
+    first copied into the slot it goes to."""
     Ks, lens = 4, [4, 2, 3]
     cu = np.cumsum([0] + lens)
     T, N = int(cu[-1]), len(lens)
@@ -692,23 +694,21 @@ def test_pool_spec_indices_and_num_accepted_tokens(fn):
     idx = np.arange(N * Ks, dtype=np.int32).reshape(N, Ks)
     acc = np.array([1, 3, 2])
     pool = f32(N * Ks + 2, H, V, K, lo=-0.3, hi=0.3)
-    pool0 = pool.copy()
+    ref = pool.copy()
     f = getattr(linattn, fn)
     o, _ = f(q, k, v, initial_state=pool, ssm_state_indices=idx, num_accepted_tokens=acc,
              inplace_final_state=True, state_v_first=True, cu_seqlens=cu, **kw)
-    written = set()
     for n in range(N):
-        h = pool0[idx[n, acc[n] - 1]][None]
+        at = idx[n, acc[n] - 1]
         for t in range(lens[n]):
             sl = slice(cu[n] + t, cu[n] + t + 1)
-            on, h = f(q[:, sl], k[:, sl], v[:, sl], initial_state=h, output_final_state=True,
+            ref[idx[n, t]] = ref[at]
+            at = idx[n, t]
+            on, _ = f(q[:, sl], k[:, sl], v[:, sl], initial_state=ref,
+                      ssm_state_indices=idx[n, t:t + 1], inplace_final_state=True,
                       state_v_first=True, **_cut(kw, sl))
             np.testing.assert_array_equal(o[:, sl], on)
-            np.testing.assert_array_equal(pool[idx[n, t]], h[0])
-            written.add(int(idx[n, t]))
-    for slot in range(pool.shape[0]):
-        if slot not in written:
-            np.testing.assert_array_equal(pool[slot], pool0[slot])
+    np.testing.assert_array_equal(pool, ref)
 
 
 def test_pool_decode_in_place_allocates_no_state():

@@ -223,19 +223,20 @@ static int run_vfirst(const linattn_plan *p, int64_t n, int64_t h, int64_t rd, i
  * there is one): speculative-decoding verification as vLLM calls it. Token
  * by token, the state is copied into the slot it goes to and stepped there
  * in place by the V-first kernel, so each token moves its state once, in
- * the pool's own layout (through a K-first copy, each snapshot is a
- * transpose of the state: pool_spec on Zen 3, 4 tokens, 5.0x the
- * contiguous call against 3.0x for a K-first pool). The results are a
- * decode step's, token after token, bit for bit. 1 when done, 0 when not
- * taken (a token with no slot to work in, a chunked call: nothing touched). */
+ * the pool's own layout (through a K-first copy, each snapshot was a
+ * transpose of the state: pool_spec on Zen 3, 4 tokens, 5.4-5.6x the
+ * contiguous call, now 3.4-3.5x; a K-first pool 2.9-3.2x). The results
+ * are the pool's decode steps', token after token, bit for bit. 1 when
+ * done, 0 when not taken (a token with no slot to work in, a chunked call:
+ * nothing touched). */
 static int run_vfirst_snapshots(const linattn_plan *p, int64_t n, int64_t h, int64_t rd,
                                 int64_t wr, int64_t len, int64_t j0, int64_t nj, void *kws)
 {
     const la_serve *sv = &p->sv;
     const int64_t ld = sv->s_col, dk = sv->c.dk, first = len - sv->K;
-    const int32_t *snap = sv->snapshot_slots + n * sv->K - first; /* snap[t]: token t's */
     if (len < 1 || first > 0)
         return 0;
+    const int32_t *snap = sv->snapshot_slots + (n * sv->K - first); /* snap[t]: token t's */
     for (int64_t t = 0; t < len; t++)
         if (snap[t] < 0 && !(t == len - 1 && wr >= 0))
             return 0;

@@ -87,6 +87,7 @@ typedef struct {
     uint16_t *s16;
     int packed;
     const float *next; /* s of the head worked on next (one-token calls) */
+    const void *from;  /* V-first: the state before the call, if not at s (la_head.s_from) */
 } head_state;
 
 /* Tokens [0, T) of one value head (source src, state st) on columns
@@ -99,7 +100,7 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
     for (int64_t t0 = 0; t0 < src->T; t0 += a->block) {
         const int64_t n = src->T - t0 < a->block ? src->T - t0 : a->block;
         la_head h = {.dk = c->dk, .dv = c->dv, .s = st.s, .s_bf16 = st.s16, .s_vld = s_vld,
-                     .s_packed = st.packed, .s_next = st.next,
+                     .s_from = t0 == 0 ? st.from : NULL, .s_packed = st.packed, .s_next = st.next,
                      .step_columns = kern->delta_tuning->delta_step_columns, .scale = c->scale,
                      .chunk = a->chunk};
         la_stage_in(kern->stage, src, t0, n, stage_buf, &h);
@@ -163,10 +164,10 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
     }
     head_state st[MAX_MEMBERS];
     for (int64_t m = 0; m < nm; m++) {
-        st[m] = (head_state){state[m], 0, NULL, 0, NULL};
+        st[m] = (head_state){.s = state[m]};
         if (j->pack) {
-            st[m] = (head_state){(float *)((unsigned char *)packed + j->pack_bytes * (size_t)m), 0,
-                                 NULL, 1, NULL};
+            st[m] = (head_state){
+                .s = (float *)((unsigned char *)packed + j->pack_bytes * (size_t)m), .packed = 1};
             la_pack_tiles(state[m], c->dk, c->dv, j0, nj, j->kern->delta->pack_tile,
                           j->kern->delta->pack_ld, st[m].s);
         }
@@ -292,7 +293,7 @@ static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64
     if (pb) {
         la_pack_tiles(st.s, c->dk, c->dv, j0, nj, kern->delta->pack_tile, kern->delta->pack_ld,
                       copy);
-        head_tokens(kern, c, &a, &src, (head_state){copy, 0, NULL, 1, NULL}, j0, nj, ws,
+        head_tokens(kern, c, &a, &src, (head_state){.s = copy, .packed = 1}, j0, nj, ws,
                     (unsigned char *)ws + sb + pb);
         la_unpack_tiles(st.s, c->dk, c->dv, j0, nj, kern->delta->pack_tile, kern->delta->pack_ld,
                         copy);
@@ -303,23 +304,25 @@ static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64
 
 void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){c->s, 0, NULL, 0, NULL}, ws);
+    head_run(kern, c, j0, nj, (head_state){.s = c->s}, ws);
 }
 
-/* The same on a V-first state in place (value column j of the head at
- * s + j * ld elements; float, or bfloat16 in one-token calls), for calls
- * that run the recurrent algorithm (la_delta_head_recurrent); chunked ones
- * work on a K-first copy. */
+/* The same on a V-first state (value column j of the head at s + j * ld
+ * elements; float, or bfloat16 in one-token calls), for calls that run the
+ * recurrent algorithm (la_delta_head_recurrent); chunked ones work on a
+ * K-first copy. from: the state before the call, in the same layout (its
+ * columns [j0, j0 + nj) read, never written), or NULL: s, in place. A call
+ * of T >= 1 tokens writes the columns of s either way. */
 int la_delta_head_recurrent(const la_kernels *kern, const la_call *c)
 {
     return !choose_algo(kern, c).chunked;
 }
 
 void la_delta_head_run_vfirst(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
-                              void *s, int bf16, int64_t ld, void *ws)
+                              void *s, const void *from, int bf16, int64_t ld, void *ws)
 {
-    const head_state st = bf16 ? (head_state){NULL, ld, s, 0, NULL}
-                               : (head_state){s, ld, NULL, 0, NULL};
+    const head_state st = bf16 ? (head_state){.s_vld = ld, .s16 = s, .from = from}
+                               : (head_state){.s = s, .s_vld = ld, .from = from};
     head_run(kern, c, j0, nj, st, ws);
 }
 
@@ -334,7 +337,7 @@ int la_delta_head_bf16_in_place(const la_kernels *kern, const la_call *c)
 void la_delta_head_run_bf16(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                             uint16_t *s, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){NULL, 0, s, 0, NULL}, ws);
+    head_run(kern, c, j0, nj, (head_state){.s16 = s}, ws);
 }
 
 /* Whether a call works on the packed copy (moved: see packs). */
@@ -417,7 +420,7 @@ void la_delta_head_run_packed(const la_kernels *kern, const la_call *c, int64_t 
     float *copy = (float *)((unsigned char *)ws + sb);
     fill_packed(kern, c->dk, j0, nj, t, src, row, col, copy);
     la_stage_reset(ws);
-    head_tokens(kern, c, &a, &s, (head_state){copy, 0, NULL, 1, NULL}, j0, nj, ws,
+    head_tokens(kern, c, &a, &s, (head_state){.s = copy, .packed = 1}, j0, nj, ws,
                 (unsigned char *)ws + sb + packed_bytes(kern, c, nj));
     if (dst)
         drain_packed(kern, c->dk, j0, nj, t, copy, dst, row, col);

@@ -301,19 +301,22 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
  * are shared by the group. A row's arithmetic is the same in a group and
  * alone (two dot accumulators, one output accumulator, its own lane of
  * vf_hsum4), so the results do not depend on where (j0, nj) cut the
- * columns. */
+ * columns. The state before the call is read from `from` (h->s_from, or s
+ * itself) by the first token, which writes s, so a call can move a state
+ * from one slot to another with no copy first and the same bits. */
 enum { VFIRST_ROWS = 4 };
 
-/* Chunk c (w lanes) of rows r < R: decayed, updated by u_r kh, stored, and
- * summed into out[r] against qh. */
-LA_INLINE void delta_vfirst_update(void *s, const int64_t *row, int bf16, int R, int64_t c,
-                                   int64_t w, const float *kh, const float *qh, const float *a,
-                                   la_vf at, const la_vf *uv, la_vf *out, la_gate gate)
+/* Chunk c (w lanes) of rows r < R: read from `from`, decayed, updated by
+ * u_r kh, stored to s, and summed into out[r] against qh. */
+LA_INLINE void delta_vfirst_update(const void *from, void *s, const int64_t *row, int bf16, int R,
+                                   int64_t c, int64_t w, const float *kh, const float *qh,
+                                   const float *a, la_vf at, const la_vf *uv, la_vf *out,
+                                   la_gate gate)
 {
     const la_vf kv = vf_load(kh + c), qv = vf_load(qh + c);
     const la_vf av = gate == LA_GATE_CHANNEL ? vf_load(a + c) : at;
     for (int r = 0; r < R; r++) {
-        const la_vf old = vf_load_row(s, row[r] + c, w, bf16);
+        const la_vf old = vf_load_row(from, row[r] + c, w, bf16);
         const la_vf y = vf_fma(kv, uv[r], gate == LA_GATE_NONE ? old : vf_mul(av, old));
         vf_store_row(s, row[r] + c, y, w, bf16);
         out[r] = vf_fma(y, qv, out[r]);
@@ -382,10 +385,10 @@ LA_INLINE void delta_vfirst_u(const la_head *h, const void *s, const int64_t *ro
 }
 
 /* The decay, the update by u and S_j . qh of token t in one pass over rows
- * r < R of a group; the outputs o[t][j..j+R). */
-LA_INLINE void delta_vfirst_apply(const la_head *h, void *s, const int64_t *row, int bf16, int R,
-                                  int64_t j, int64_t t, const float *qh, int64_t dkp,
-                                  la_gate gate, const float u[4])
+ * r < R of a group, from `from` into s; the outputs o[t][j..j+R). */
+LA_INLINE void delta_vfirst_apply(const la_head *h, const void *from, void *s, const int64_t *row,
+                                  int bf16, int R, int64_t j, int64_t t, const float *qh,
+                                  int64_t dkp, la_gate gate, const float u[4])
 {
     const int64_t dk = h->dk, dkw = dk / LA_VW * LA_VW; /* whole vectors; a masked one after */
     const float *kh = qh + dkp, *a = qh + 2 * dkp;
@@ -395,9 +398,9 @@ LA_INLINE void delta_vfirst_apply(const la_head *h, void *s, const int64_t *row,
     const la_vf at = vf_set1(gate == LA_GATE_TOKEN ? a[0] : 1.0f);
     int64_t c = 0;
     for (; c < dkw; c += LA_VW)
-        delta_vfirst_update(s, row, bf16, R, c, LA_VW, kh, qh, a, at, uv, out, gate);
+        delta_vfirst_update(from, s, row, bf16, R, c, LA_VW, kh, qh, a, at, uv, out, gate);
     if (c < dk)
-        delta_vfirst_update(s, row, bf16, R, c, dk - c, kh, qh, a, at, uv, out, gate);
+        delta_vfirst_update(from, s, row, bf16, R, c, dk - c, kh, qh, a, at, uv, out, gate);
     float *o = h->o + t * h->o_ts + j, out4[4];
     if (R == VFIRST_ROWS) {
         vf_hsum4(out[0], out[1], out[2], out[3], o);
@@ -410,17 +413,19 @@ LA_INLINE void delta_vfirst_apply(const la_head *h, void *s, const int64_t *row,
 
 /* rows r < R of the group, the columns j..j+R (R = VFIRST_ROWS or 1: a
  * constant at each call site, so the row loops unroll), n tokens */
-LA_INLINE void delta_vfirst_rows(const la_head *h, void *s, int bf16, int64_t j, int R,
-                                 const float *f, int64_t dkp, int64_t t0, int64_t n, la_gate gate)
+LA_INLINE void delta_vfirst_rows(const la_head *h, const void *from, void *s, int bf16, int64_t j,
+                                 int R, const float *f, int64_t dkp, int64_t t0, int64_t n,
+                                 la_gate gate)
 {
     int64_t row[VFIRST_ROWS];
     for (int r = 0; r < R; r++)
         row[r] = (j + r) * h->s_vld;
     for (int64_t i = 0; i < n; i++) {
         const float *qh = f + i * DELTA_FEATURES * dkp;
+        const void *in = i == 0 ? from : s;
         float u[4];
-        delta_vfirst_u(h, s, row, bf16, R, i == 0, j, t0 + i, qh, dkp, gate, u);
-        delta_vfirst_apply(h, s, row, bf16, R, j, t0 + i, qh, dkp, gate, u);
+        delta_vfirst_u(h, in, row, bf16, R, i == 0, j, t0 + i, qh, dkp, gate, u);
+        delta_vfirst_apply(h, in, s, row, bf16, R, j, t0 + i, qh, dkp, gate, u);
     }
 }
 
@@ -442,24 +447,26 @@ enum { VFIRST_READ_AHEAD_BYTES = LA_VFIRST_READ_AHEAD_BYTES, VFIRST_MAX_GROUPS =
  * Each group's dot product and update in turn kept few lines in flight, so
  * the step waited on memory. Each column's arithmetic is
  * delta_vfirst_rows', so the results do not depend on ng. */
-LA_INLINE void delta_vfirst_token(const la_head *h, void *s, int bf16, int64_t j, int64_t ng,
-                                  const float *qh, int64_t dkp, int64_t t, la_gate gate)
+LA_INLINE void delta_vfirst_token(const la_head *h, const void *from, void *s, int bf16, int64_t j,
+                                  int64_t ng, const float *qh, int64_t dkp, int64_t t,
+                                  la_gate gate)
 {
     float u[VFIRST_MAX_GROUPS][4];
     int64_t row[VFIRST_MAX_GROUPS][VFIRST_ROWS];
     for (int64_t g = 0; g < ng; g++) {
         for (int r = 0; r < VFIRST_ROWS; r++)
             row[g][r] = (j + g * VFIRST_ROWS + r) * h->s_vld;
-        delta_vfirst_u(h, s, row[g], bf16, VFIRST_ROWS, 1, j + g * VFIRST_ROWS, t, qh, dkp, gate,
-                       u[g]);
+        delta_vfirst_u(h, from, row[g], bf16, VFIRST_ROWS, 1, j + g * VFIRST_ROWS, t, qh, dkp,
+                       gate, u[g]);
     }
     for (int64_t g = 0; g < ng; g++)
-        delta_vfirst_apply(h, s, row[g], bf16, VFIRST_ROWS, j + g * VFIRST_ROWS, t, qh, dkp, gate,
-                           u[g]);
+        delta_vfirst_apply(h, from, s, row[g], bf16, VFIRST_ROWS, j + g * VFIRST_ROWS, t, qh, dkp,
+                           gate, u[g]);
 }
 
-LA_INLINE void delta_vfirst_gate(const la_head *h, void *s, int bf16, int64_t j0, int64_t nj,
-                                 const float *f, int64_t dkp, int64_t t0, int64_t n, la_gate gate)
+LA_INLINE void delta_vfirst_gate(const la_head *h, const void *from, void *s, int bf16, int64_t j0,
+                                 int64_t nj, const float *f, int64_t dkp, int64_t t0, int64_t n,
+                                 la_gate gate)
 {
     int64_t j = j0;
     if (n == 1) {
@@ -468,27 +475,28 @@ LA_INLINE void delta_vfirst_gate(const la_head *h, void *s, int bf16, int64_t j0
         per = per < 1 ? 1 : per > VFIRST_MAX_GROUPS ? VFIRST_MAX_GROUPS : per;
         while (j + VFIRST_ROWS <= j0 + nj) {
             const int64_t left = (j0 + nj - j) / VFIRST_ROWS, ng = left < per ? left : per;
-            delta_vfirst_token(h, s, bf16, j, ng, f, dkp, t0, gate);
+            delta_vfirst_token(h, from, s, bf16, j, ng, f, dkp, t0, gate);
             j += ng * VFIRST_ROWS;
         }
     } else {
         for (; j + VFIRST_ROWS <= j0 + nj; j += VFIRST_ROWS)
-            delta_vfirst_rows(h, s, bf16, j, VFIRST_ROWS, f, dkp, t0, n, gate);
+            delta_vfirst_rows(h, from, s, bf16, j, VFIRST_ROWS, f, dkp, t0, n, gate);
     }
     for (; j < j0 + nj; j++)
-        delta_vfirst_rows(h, s, bf16, j, 1, f, dkp, t0, n, gate);
+        delta_vfirst_rows(h, from, s, bf16, j, 1, f, dkp, t0, n, gate);
 }
 
 /* One instance per gate and state type (constants in the loops). */
-LA_INLINE void delta_vfirst_block(const la_head *h, void *s, int bf16, int64_t j0, int64_t nj,
-                                  const float *f, int64_t dkp, int64_t t0, int64_t n)
+LA_INLINE void delta_vfirst_block(const la_head *h, const void *from, void *s, int bf16,
+                                  int64_t j0, int64_t nj, const float *f, int64_t dkp, int64_t t0,
+                                  int64_t n)
 {
     if (h->gate == LA_GATE_NONE)
-        delta_vfirst_gate(h, s, bf16, j0, nj, f, dkp, t0, n, LA_GATE_NONE);
+        delta_vfirst_gate(h, from, s, bf16, j0, nj, f, dkp, t0, n, LA_GATE_NONE);
     else if (h->gate == LA_GATE_TOKEN)
-        delta_vfirst_gate(h, s, bf16, j0, nj, f, dkp, t0, n, LA_GATE_TOKEN);
+        delta_vfirst_gate(h, from, s, bf16, j0, nj, f, dkp, t0, n, LA_GATE_TOKEN);
     else
-        delta_vfirst_gate(h, s, bf16, j0, nj, f, dkp, t0, n, LA_GATE_CHANNEL);
+        delta_vfirst_gate(h, from, s, bf16, j0, nj, f, dkp, t0, n, LA_GATE_CHANNEL);
 }
 
 /* A float state (h->s), or a bfloat16 one (h->s_bf16) widened on load and
@@ -498,17 +506,19 @@ LA_INLINE void delta_vfirst_block(const la_head *h, void *s, int bf16, int64_t j
 static void delta_recurrent_vfirst(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dkp = round_vw(h->dk);
+    void *s = h->s_bf16 ? (void *)h->s_bf16 : (void *)h->s;
+    const void *from = h->s_from ? h->s_from : s; /* read by the first token */
     float *f = ws;
-    for (int64_t t0 = 0; t0 < h->T; t0 += DELTA_BLOCK) {
+    for (int64_t t0 = 0; t0 < h->T; t0 += DELTA_BLOCK, from = s) {
         const int64_t n = h->T - t0 < DELTA_BLOCK ? h->T - t0 : DELTA_BLOCK;
         for (int64_t i = 0; i < n; i++)
             delta_prepare(h, t0 + i, f + i * DELTA_FEATURES * dkp, dkp);
         if (h->s_bf16)
-            for (int64_t i = 0; i < n; i++)
-                delta_vfirst_block(h, h->s_bf16, 1, j0, nj, f + i * DELTA_FEATURES * dkp, dkp,
+            for (int64_t i = 0; i < n; i++, from = s)
+                delta_vfirst_block(h, from, s, 1, j0, nj, f + i * DELTA_FEATURES * dkp, dkp,
                                    t0 + i, 1);
         else
-            delta_vfirst_block(h, h->s, 0, j0, nj, f, dkp, t0, n);
+            delta_vfirst_block(h, from, s, 0, j0, nj, f, dkp, t0, n);
     }
 }
 

@@ -32,6 +32,12 @@ typedef struct la_head {
     /* delta recurrent_vfirst only: s is V-first, value column j is the dk
      * floats at s + j * s_vld (a state pool's layout in vLLM, sglang, ggml) */
     int64_t s_vld;
+    /* delta recurrent_vfirst only: where the state before the call is (the
+     * same layout and type as s or s_bf16, a different slot), or NULL: s
+     * itself. The first token reads it and writes s, so a state moves from
+     * one slot to another without a copy first (ggml's src and dst, a
+     * speculative token's snapshot); never written. */
+    const void *s_from;
     /* delta recurrent only: s is the kernels' packed copy of the columns
      * the call works on (la_delta_ops.pack) */
     int s_packed;

@@ -200,35 +200,49 @@ static void start_from_read_slot(const la_serve *sv, int64_t rd, int64_t wr, int
     }
 }
 
-/* A delta unit in place on a V-first pool (float, or bfloat16 in one-token
- * calls: the kernel widens and rounds each element once, as a K-first
- * bfloat16 step does): 1 when done, 0 when its call runs chunked (nothing
- * touched yet). */
-static int run_vfirst(const linattn_plan *p, int64_t n, int64_t h, int64_t rd, int64_t wr,
-                      int64_t len, int64_t j0, int64_t nj, void *kws)
+/* The V-first kernel on columns [j0, j0 + nj) of head h, its state read
+ * from slot `at` and written to slot `to`: where they differ, the first
+ * token reads the state where it lies (la_delta_head_run_vfirst's from), so
+ * a move costs no copy first (ggml_op's read slot b and write slot B + b;
+ * the same bits as copying first). A zero start (at negative) or a call
+ * without tokens fills `to` first. */
+static void vfirst_between_slots(const linattn_plan *p, const la_call *x, int64_t h, int64_t at,
+                                 int64_t to, int64_t j0, int64_t nj, void *kws)
 {
     const la_serve *sv = &p->sv;
     const int64_t ld = sv->s_col;
-    la_call x = head_call(sv, n, h, 0, len, NULL, NULL);
+    const void *from = NULL;
+    if (at >= 0 && at != to && x->T >= 1)
+        from = la_serve_state(sv, at, h);
+    else
+        start_from_read_slot(sv, at, to, h, j0 * ld, nj, ld, sv->c.dk); /* columns j0.. */
+    la_delta_head_run_vfirst(p->kern, x, j0, nj, la_serve_state(sv, to, h), from,
+                             sv->c.dt.s == LINATTN_BF16, ld, kws);
+}
+
+/* A delta unit on a V-first pool, from its read slot into its write slot
+ * (float, or bfloat16 in one-token calls: the kernel widens and rounds each
+ * element once, as a K-first bfloat16 step does): 1 when done, 0 when its
+ * call runs chunked (nothing touched yet). */
+static int run_vfirst(const linattn_plan *p, int64_t n, int64_t h, int64_t rd, int64_t wr,
+                      int64_t len, int64_t j0, int64_t nj, void *kws)
+{
+    const la_call x = head_call(&p->sv, n, h, 0, len, NULL, NULL);
     if (!la_delta_head_recurrent(p->kern, &x))
         return 0;
-    start_from_read_slot(sv, rd, wr, h, j0 * ld, nj, ld, sv->c.dk); /* columns j0.. */
-    la_delta_head_run_vfirst(p->kern, &x, j0, nj, la_serve_state(sv, wr, h),
-                             sv->c.dt.s == LINATTN_BF16, ld, kws);
+    vfirst_between_slots(p, &x, h, rd, wr, j0, nj, kws);
     return 1;
 }
 
 /* A delta unit of a float V-first pool whose every token leaves its state
  * in a slot (K >= len snapshots, the last token's in the write slot when
  * there is one): speculative-decoding verification as vLLM calls it. Token
- * by token, the state is copied into the slot it goes to and stepped there
- * in place by the V-first kernel, so each token moves its state once, in
- * the pool's own layout (through a K-first copy, each snapshot was a
- * transpose of the state: pool_spec on Zen 3, 4 tokens, 5.4-5.6x the
- * contiguous call, now 3.4-3.5x; a K-first pool 2.9-3.2x). The results
- * are the pool's decode steps', token after token, bit for bit. 1 when
- * done, 0 when not taken (a token with no slot to work in, a chunked call:
- * nothing touched). */
+ * by token, the V-first kernel reads the state from the slot the previous
+ * token left it in and writes it to the slot it goes to, in the pool's own
+ * layout (through a K-first copy, each snapshot was a transpose of the
+ * state). The results are the pool's decode steps', token after token,
+ * bit for bit. 1 when done, 0 when not taken (a token with no slot to work
+ * in, a chunked call: nothing touched). */
 static int run_vfirst_snapshots(const linattn_plan *p, int64_t n, int64_t h, int64_t rd,
                                 int64_t wr, int64_t len, int64_t j0, int64_t nj, void *kws)
 {
@@ -246,9 +260,8 @@ static int run_vfirst_snapshots(const linattn_plan *p, int64_t n, int64_t h, int
     int64_t at = rd; /* the slot holding the state so far (negative: zeros) */
     for (int64_t t = 0; t < len; t++) {
         const int64_t to = t == len - 1 && wr >= 0 ? wr : snap[t];
-        start_from_read_slot(sv, at, to, h, j0 * ld, nj, ld, dk); /* columns j0.. */
         x = head_call(sv, n, h, t, 1, NULL, NULL);
-        la_delta_head_run_vfirst(p->kern, &x, j0, nj, la_serve_state(sv, to, h), 0, ld, kws);
+        vfirst_between_slots(p, &x, h, at, to, j0, nj, kws);
         at = to;
     }
     if (snap[len - 1] >= 0)

@@ -103,7 +103,8 @@ void la_delta_head_run(const struct la_kernels *kern, const la_call *c, int64_t 
                        void *ws);
 int la_delta_head_recurrent(const struct la_kernels *kern, const la_call *c);
 void la_delta_head_run_vfirst(const struct la_kernels *kern, const la_call *c, int64_t j0,
-                              int64_t nj, void *s, int bf16, int64_t ld, void *ws);
+                              int64_t nj, void *s, const void *from, int bf16, int64_t ld,
+                              void *ws);
 int la_delta_head_packs(const struct la_kernels *kern, const la_call *c, int moved);
 void la_delta_head_run_packed(const struct la_kernels *kern, const la_call *c, int64_t j0,
                               int64_t nj, linattn_dtype t, const void *src, void *dst, int64_t row,

@@ -889,7 +889,9 @@ END_TEST
  * pieces cut at every offset modulo 4 and of every width up to 5 (the
  * kernels work on groups of columns, and threads cut a head where the plan
  * says): the same bits, o and state, for any cut. T = 40 crosses a block
- * of tokens; a bfloat16 state with T = 1. */
+ * of tokens; a bfloat16 state with T = 1. The last run reads the state
+ * from another buffer (la_head.s_from) into one filled with NaN: the same
+ * bits again, and the source unchanged. */
 START_TEST(vfirst_any_split_same_bits)
 {
     static const int64_t dks[] = {5, 17, 128}, Ts[] = {1, 3, 40};
@@ -917,29 +919,39 @@ START_TEST(vfirst_any_split_same_bits)
                     c.beta = filled(&mem, (size_t)T, 0, 2);
                     float *s0 = filled(&mem, (size_t)(dk * dv), -1, 1);
                     void *ws = guarded_bytes(&mem, la_size_up64(t->delta->recurrent_bytes(T, dk, dv)));
-                    float *o[4];
-                    unsigned char *s[4];
-                    for (int k = 0; k < 4; k++) {
+                    float *o[5];
+                    unsigned char *s[5], *from = guarded_bytes(&mem, (size_t)(dk * dv) * es);
+                    for (int k = 0; k < 5; k++) {
                         o[k] = guarded(&mem, (size_t)(T * dv), 0);
                         s[k] = guarded_bytes(&mem, (size_t)(dk * dv) * es);
+                        unsigned char *init = k == 4 ? from : s[k];
                         for (int64_t e = 0; e < dk * dv; e++)
                             if (bf16)
-                                ((uint16_t *)s[k])[e] = la_f32_to_bf16(s0[e]);
+                                ((uint16_t *)init)[e] = la_f32_to_bf16(s0[e]);
                             else
-                                ((float *)s[k])[e] = s0[e];
+                                ((float *)init)[e] = s0[e];
+                        if (k == 4) /* NaN in every type */
+                            memset(s[k], 0xff, (size_t)(dk * dv) * es);
                         la_head h = delta_head_of(&c, o[k], bf16 ? NULL : (float *)s[k]);
                         h.s_bf16 = bf16 ? (uint16_t *)s[k] : NULL;
                         h.s_vld = dk;
-                        for (int p = 0; p < 5 && cuts[k][p] < dv; p++)
-                            t->delta->recurrent_vfirst(&h, cuts[k][p], cuts[k][p + 1] - cuts[k][p],
-                                                       ws);
+                        h.s_from = k == 4 ? from : NULL;
+                        const int64_t *cut = cuts[k % 4 + (k == 4)];
+                        for (int p = 0; p < 5 && cut[p] < dv; p++)
+                            t->delta->recurrent_vfirst(&h, cut[p], cut[p + 1] - cut[p], ws);
                         ck_assert_msg(memcmp(o[k], o[0], (size_t)(T * dv) * sizeof(float)) == 0 &&
                                           memcmp(s[k], s[0], (size_t)(dk * dv) * es) == 0,
-                                      "%s recurrent_vfirst dk=%lld T=%lld gate=%s%s: cut %d gives "
+                                      "%s recurrent_vfirst dk=%lld T=%lld gate=%s%s: %s gives "
                                       "other bits than one call",
                                       t->name, (long long)dk, (long long)T, gate_names[gate],
-                                      bf16 ? " bf16 state" : "", k);
+                                      bf16 ? " bf16 state" : "",
+                                      k == 4 ? "from another buffer" : "a cut");
                     }
+                    for (int64_t e = 0; e < dk * dv; e++) /* the source: read, not written */
+                        ck_assert_msg(bf16 ? ((uint16_t *)from)[e] == la_f32_to_bf16(s0[e])
+                                           : ((float *)from)[e] == s0[e],
+                                      "%s recurrent_vfirst: s_from was written",
+                                      t->name);
                     arena_free(&mem);
                 }
     }

@@ -106,11 +106,18 @@ static void recurrent_scalar(const la_head *h, int64_t j0, int64_t nj, void *ws)
 /* The same on a V-first state (column j: the dk elements at s + j * s_vld,
  * float, or bfloat16 widened into the workspace and rounded back per token
  * after o has read it, as the SIMD tables do), column by column: acc =
- * S_j . kh after the decay, then the update and S_j . qh. */
+ * S_j . kh after the decay, then the update and S_j . qh. A state read
+ * from h->s_from is first copied into s (the same values the SIMD tables
+ * read from there). */
 static void recurrent_vfirst_scalar(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dk = h->dk;
     float *qh = ws, *kh = qh + dk, *a = kh + dk, *wide = a + dk;
+    const size_t es = h->s_bf16 ? sizeof(uint16_t) : sizeof(float);
+    unsigned char *s = h->s_bf16 ? (unsigned char *)h->s_bf16 : (unsigned char *)h->s;
+    for (int64_t j = j0; h->s_from && j < j0 + nj; j++)
+        memcpy(s + (size_t)(j * h->s_vld) * es,
+               (const unsigned char *)h->s_from + (size_t)(j * h->s_vld) * es, (size_t)dk * es);
     for (int64_t t = 0; t < h->T; t++) {
         features(h, h->q + t * h->q_ts, h->scale, qh);
         features(h, h->k + t * h->k_ts, 1.0f, kh);

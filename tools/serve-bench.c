@@ -7,6 +7,8 @@
  *        forms are timed in turn, rep after rep, and each ratio is the
  *        median of the per-rep ratios (with quartiles), so that a shared
  *        machine's drifts fall on both sides of it;
+ *   pool_decode_moved  the decode step reading slot b and writing another
+ *        (ggml's source and destination states);
  *   pool_spec  speculative verification: T = 4 tokens (or the T given,
  *        up to 8) per sequence, each token's state into a snapshot slot
  *        of its own and no final write (vLLM's [N, K] indices), in both
@@ -97,7 +99,7 @@ typedef struct {
     linattn_state_pool pool, layouts[2]; /* K-first, V-first */
     float *q, *k, *v, *g, *beta, *o;
     void *s_contig, *s_pool; /* float32, or bfloat16 with bf16 */
-    int32_t slots[64], no_write[64], snap_slots[64 * 8];
+    int32_t slots[64], write_slots[64], snap_slots[64 * 8];
 } call;
 
 static void run_contig(void *p)
@@ -147,14 +149,23 @@ static uint16_t *rand_bf16(size_t n, float lo, float hi, unsigned *seed)
     return h;
 }
 
+/* How the pool forms read and write their slots. */
+typedef enum {
+    IN_PLACE, /* each sequence reads and writes its slot */
+    MOVED,    /* reads one slot, writes another */
+    /* speculative-decoding verification as vLLM calls it: T <= 8 tokens
+     * per sequence, each leaving its state in a snapshot slot of its own
+     * (K = T), no final write; against the contiguous call of T tokens,
+     * which writes one state */
+    SPEC
+} slot_use;
+
 /* bf16: the state (contiguous and pools) in bfloat16, the baseline the
- * contiguous call through linattn_run. spec: speculative-decoding
- * verification as vLLM calls it, T <= 8 tokens per sequence each leaving
- * its state in a snapshot slot of its own (K = T) and no final write,
- * against the contiguous call of T tokens, which writes one state. */
-static void pool_case(const char *name, int step, int bf16, int spec, int64_t B, int64_t H,
+ * contiguous call through linattn_run. */
+static void pool_case(const char *name, int step, int bf16, slot_use use, int64_t B, int64_t H,
                       int64_t T, int64_t D, int threads, int reps)
 {
+    const int spec = use == SPEC;
     unsigned seed = 11;
     call c;
     memset(&c, 0, sizeof c);
@@ -182,7 +193,7 @@ static void pool_case(const char *name, int step, int bf16, int spec, int64_t B,
     }
     for (int64_t b = 0; b < B; b++) { /* scattered: every other slot, reversed */
         c.slots[b] = (int32_t)(slots - 1 - 2 * b);
-        c.no_write[b] = -1;
+        c.write_slots[b] = spec ? -1 : (int32_t)(slots - 2 - 2 * b); /* MOVED: the ones between */
     }
     for (int64_t i = 0; spec && i < B * T; i++) /* below the read slots: [B][T] */
         c.snap_slots[i] = (int32_t)i;
@@ -195,7 +206,8 @@ static void pool_case(const char *name, int step, int bf16, int spec, int64_t B,
         c.layouts[vfirst] = (linattn_state_pool){.slots = slots, .slot = H * D * D, .head = D * D,
                                                  .row = vfirst ? 1 : D, .col = vfirst ? D : 1,
                                                  .read_slots = c.slots,
-                                                 .write_slots = spec ? c.no_write : NULL,
+                                                 .write_slots = use != IN_PLACE ? c.write_slots
+                                                                                : NULL,
                                                  .snapshot_slots = spec ? c.snap_slots : NULL,
                                                  .snapshots = spec ? T : 0};
     bench_fn fns[3] = {run_contig, run_pool_kfirst, run_pool_vfirst};
@@ -358,11 +370,12 @@ static void varlen_cases(int64_t H, int64_t D, int quick, int reps)
 int main(int argc, char **argv)
 {
     /* --quick: tiny shapes; a case name (pool_prefill, pool_decode, their
-     * _bf16 forms, pool_spec, varlen): that case alone; pool_prefill[_bf16]
+     * _bf16 forms, pool_decode_moved, pool_spec, varlen): that case alone; pool_prefill[_bf16]
      * and pool_spec T: with T tokens */
     if (argc > 1 && strcmp(argv[1], "--help") == 0) {
         printf("usage: linattn-serve-bench [--quick | pool_prefill [T] | pool_decode |\n"
-               "       pool_prefill_bf16 [T] | pool_decode_bf16 | pool_spec [T] | varlen]\n"
+               "       pool_prefill_bf16 [T] | pool_decode_bf16 | pool_decode_moved |\n"
+               "       pool_spec [T] | varlen]\n"
                "One JSON object per case: times (medians) and ratios to the baseline\n"
                "measured in the same run (see tools/serve-bench.c).\n");
         return 0;
@@ -382,24 +395,27 @@ int main(int argc, char **argv)
     }
 #define WANT(name) (only == NULL || strcmp(only, name) == 0)
     if (quick) {
-        pool_case("pool_prefill", 0, 0, 0, 4, 4, 40, 16, 1, reps);
-        pool_case("pool_decode", 1, 0, 0, 4, 4, 1, 16, 1, reps);
-        pool_case("pool_prefill_bf16", 0, 1, 0, 4, 4, 40, 16, 1, reps);
-        pool_case("pool_spec", 0, 0, 1, 4, 4, 4, 16, 1, reps);
+        pool_case("pool_prefill", 0, 0, IN_PLACE, 4, 4, 40, 16, 1, reps);
+        pool_case("pool_decode", 1, 0, IN_PLACE, 4, 4, 1, 16, 1, reps);
+        pool_case("pool_prefill_bf16", 0, 1, IN_PLACE, 4, 4, 40, 16, 1, reps);
+        pool_case("pool_decode_moved", 1, 0, MOVED, 4, 4, 1, 16, 1, reps);
+        pool_case("pool_spec", 0, 0, SPEC, 4, 4, 4, 16, 1, reps);
         varlen_cases(2, 16, 1, reps);
     } else {
         if (WANT("pool_prefill"))
-            pool_case("pool_prefill", 0, 0, 0, 16, 32, prefill_t, 128, 1,
+            pool_case("pool_prefill", 0, 0, IN_PLACE, 16, 32, prefill_t, 128, 1,
                       prefill_t < 64 ? 31 : 15);
         if (WANT("pool_prefill_bf16"))
-            pool_case("pool_prefill_bf16", 0, 1, 0, 16, 32, prefill_t, 128, 1,
+            pool_case("pool_prefill_bf16", 0, 1, IN_PLACE, 16, 32, prefill_t, 128, 1,
                       prefill_t < 64 ? 31 : 15);
         if (WANT("pool_decode"))
-            pool_case("pool_decode", 1, 0, 0, 16, 32, 1, 128, 1, 31);
+            pool_case("pool_decode", 1, 0, IN_PLACE, 16, 32, 1, 128, 1, 31);
         if (WANT("pool_decode_bf16"))
-            pool_case("pool_decode_bf16", 1, 1, 0, 16, 32, 1, 128, 1, 31);
+            pool_case("pool_decode_bf16", 1, 1, IN_PLACE, 16, 32, 1, 128, 1, 31);
+        if (WANT("pool_decode_moved"))
+            pool_case("pool_decode_moved", 1, 0, MOVED, 16, 32, 1, 128, 1, 31);
         if (WANT("pool_spec"))
-            pool_case("pool_spec", 0, 0, 1, 16, 32, spec_t, 128, 1, 31);
+            pool_case("pool_spec", 0, 0, SPEC, 16, 32, spec_t, 128, 1, 31);
         if (WANT("varlen"))
             varlen_cases(4, 128, 0, reps);
     }

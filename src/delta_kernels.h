@@ -441,6 +441,17 @@ LA_INLINE void delta_vfirst_rows(const la_head *h, const void *from, void *s, in
 #endif
 enum { VFIRST_READ_AHEAD_BYTES = LA_VFIRST_READ_AHEAD_BYTES, VFIRST_MAX_GROUPS = 64 };
 
+/* 0: a one-token block moving the state to another slot does not fetch
+ * the rows it will write for writing during its read-only pass (a variant
+ * build, to measure). With it, the update pass's stores find their lines
+ * (Zen 3, serve-bench, V-first ratio to the contiguous call, three runs:
+ * pool_decode_moved 1.53-1.65 against 1.69-2.13 without, and 1.61-1.73
+ * copying the state first; pool_spec 4 tokens 2.92-3.09 against 3.39-3.70,
+ * and 3.31-3.56 copying first). */
+#ifndef LA_VFIRST_PREFETCH_TO
+#define LA_VFIRST_PREFETCH_TO 1
+#endif
+
 /* One token on columns [j, j + ng * VFIRST_ROWS): the dot products of all
  * the groups first (a read-only stream from memory, in address order when
  * the columns are adjacent, many lines in flight), then their updates.
@@ -453,11 +464,16 @@ LA_INLINE void delta_vfirst_token(const la_head *h, const void *from, void *s, i
 {
     float u[VFIRST_MAX_GROUPS][4];
     int64_t row[VFIRST_MAX_GROUPS][VFIRST_ROWS];
+    const size_t es = bf16 ? 2 : 4;
     for (int64_t g = 0; g < ng; g++) {
         for (int r = 0; r < VFIRST_ROWS; r++)
             row[g][r] = (j + g * VFIRST_ROWS + r) * h->s_vld;
         delta_vfirst_u(h, from, row[g], bf16, VFIRST_ROWS, 1, j + g * VFIRST_ROWS, t, qh, dkp,
                        gate, u[g]);
+        if (LA_VFIRST_PREFETCH_TO && from != s) /* the rows the update will write */
+            for (int r = 0; r < VFIRST_ROWS; r++)
+                for (int64_t b = 0; b < h->dk * (int64_t)es; b += 64)
+                    __builtin_prefetch((char *)s + row[g][r] * (int64_t)es + b, 1, 3);
     }
     for (int64_t g = 0; g < ng; g++)
         delta_vfirst_apply(h, from, s, row[g], bf16, VFIRST_ROWS, j + g * VFIRST_ROWS, t, qh, dkp,

@@ -444,10 +444,10 @@ enum { VFIRST_READ_AHEAD_BYTES = LA_VFIRST_READ_AHEAD_BYTES, VFIRST_MAX_GROUPS =
 /* 0: a one-token block moving the state to another slot does not fetch
  * the rows it will write for writing during its read-only pass (a variant
  * build, to measure). With it, the update pass's stores find their lines
- * (Zen 3, serve-bench, V-first ratio to the contiguous call, three runs:
- * pool_decode_moved 1.53-1.65 against 1.69-2.13 without, and 1.61-1.73
- * copying the state first; pool_spec 4 tokens 2.92-3.09 against 3.39-3.70,
- * and 3.31-3.56 copying first). */
+ * (Zen 3 beside a CI run, serve-bench, V-first ratio to the contiguous
+ * call, three runs: pool_decode_moved 1.53-1.65 against 1.69-2.13 without,
+ * and 1.61-1.73 copying the state first; pool_spec 4 tokens 2.92-3.09
+ * against 3.39-3.70, and 3.31-3.56 copying first). */
 #ifndef LA_VFIRST_PREFETCH_TO
 #define LA_VFIRST_PREFETCH_TO 1
 #endif

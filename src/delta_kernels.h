@@ -50,12 +50,19 @@
 #define LA_DELTA_PACK_NV LA_DELTA_NV
 #endif
 
-/* Packed rows DELTA_PACK_LD floats apart: not padded (on the Xeon a pad of
- * 16 floats measured within the noise, -5% to +7% by gate; pack.h) */
+/* Packed rows DELTA_PACK_LD floats apart: not padded. On the Xeon a pad
+ * of 16 floats (pack.h) measured -5% to +7% by gate in one run, and level
+ * or slower in a second (3 interleaved rounds, fraction of the zmm peak,
+ * pad against none: no gate 0.49-0.53 against 0.51-0.53, token 0.44-0.53
+ * against 0.51-0.55, channel 0.39-0.45 against 0.42-0.49).
+ * LA_DELTA_PACK_PAD: floats of pad, for a variant build. */
+#ifndef LA_DELTA_PACK_PAD
+#define LA_DELTA_PACK_PAD 0
+#endif
 enum {
     DELTA_TILE = LA_DELTA_NV * LA_VW,
     DELTA_PACK_TILE = LA_DELTA_PACK_NV * LA_VW,
-    DELTA_PACK_LD = DELTA_PACK_TILE,
+    DELTA_PACK_LD = DELTA_PACK_TILE + LA_DELTA_PACK_PAD,
 };
 
 /* out[0..dk) = mult * phi(x); lanes past dk of the last vector are written

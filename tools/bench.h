@@ -229,7 +229,7 @@ void bench_family_heading(const bench_options *op, bench_family f, bench_shape f
                           bench_shape stp);
 /* Row through the JSON writer or the table, as the options say. */
 void bench_print(const bench_options *op, const bench_result *r);
-/* "peak, 1 core, this run: ..." and the bound over `floats` (0: none). */
+/* "peak, 1 core, this run (...): ..." and the bound over `floats` (0: none). */
 void bench_peaks_text(const bench_options *op, const linattn_isa *isas, int n);
 void bench_bound_text(const bench_options *op, const linattn_isa *isas, int n, int64_t floats);
 void bench_decode_header(void);

@@ -210,7 +210,7 @@ void bench_peaks_text(const bench_options *op, const linattn_isa *isas, int n)
         bench_peak(op, isas[i]); /* measured before any row, JSON or not */
     if (op->json)
         return;
-    printf("peak, 1 core, this run:");
+    printf("peak, 1 core, this run (before the first row; rows divide by the highest recheck):");
     for (int i = 0; i < n; i++)
         printf("  %s %.1f GFLOP/s (%s)", linattn_isa_name(isas[i]), bench_peak(op, isas[i]),
                bench_peak_desc(isas[i]));

@@ -370,12 +370,12 @@ static void varlen_cases(int64_t H, int64_t D, int quick, int reps)
 int main(int argc, char **argv)
 {
     /* --quick: tiny shapes; a case name (pool_prefill, pool_decode, their
-     * _bf16 forms, pool_decode_moved, pool_spec, varlen): that case alone; pool_prefill[_bf16]
-     * and pool_spec T: with T tokens */
+     * _bf16 forms, pool_decode_moved, pool_spec[_bf16], varlen): that case alone;
+     * pool_prefill[_bf16] and pool_spec[_bf16] T: with T tokens */
     if (argc > 1 && strcmp(argv[1], "--help") == 0) {
         printf("usage: linattn-serve-bench [--quick | pool_prefill [T] | pool_decode |\n"
                "       pool_prefill_bf16 [T] | pool_decode_bf16 | pool_decode_moved |\n"
-               "       pool_spec [T] | varlen]\n"
+               "       pool_spec [T] | pool_spec_bf16 [T] | varlen]\n"
                "One JSON object per case: times (medians) and ratios to the baseline\n"
                "measured in the same run (see tools/serve-bench.c).\n");
         return 0;
@@ -389,8 +389,8 @@ int main(int argc, char **argv)
         return 2;
     }
     const long spec_t = argc > 2 ? prefill_t : 4; /* speculative tokens: 1 + 3 drafts */
-    if (only && strcmp(only, "pool_spec") == 0 && spec_t > 8) {
-        fprintf(stderr, "linattn-serve-bench: pool_spec takes T of 1..8\n");
+    if (only && strncmp(only, "pool_spec", 9) == 0 && spec_t > 8) {
+        fprintf(stderr, "linattn-serve-bench: pool_spec[_bf16] takes T of 1..8\n");
         return 2;
     }
 #define WANT(name) (only == NULL || strcmp(only, name) == 0)
@@ -400,6 +400,7 @@ int main(int argc, char **argv)
         pool_case("pool_prefill_bf16", 0, 1, IN_PLACE, 4, 4, 40, 16, 1, reps);
         pool_case("pool_decode_moved", 1, 0, MOVED, 4, 4, 1, 16, 1, reps);
         pool_case("pool_spec", 0, 0, SPEC, 4, 4, 4, 16, 1, reps);
+        pool_case("pool_spec_bf16", 0, 1, SPEC, 4, 4, 4, 16, 1, reps);
         varlen_cases(2, 16, 1, reps);
     } else {
         if (WANT("pool_prefill"))
@@ -416,6 +417,8 @@ int main(int argc, char **argv)
             pool_case("pool_decode_moved", 1, 0, MOVED, 16, 32, 1, 128, 1, 31);
         if (WANT("pool_spec"))
             pool_case("pool_spec", 0, 0, SPEC, 16, 32, spec_t, 128, 1, 31);
+        if (WANT("pool_spec_bf16"))
+            pool_case("pool_spec_bf16", 0, 1, SPEC, 16, 32, spec_t, 128, 1, 31);
         if (WANT("varlen"))
             varlen_cases(4, 128, 0, reps);
     }

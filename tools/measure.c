@@ -163,9 +163,9 @@ static void run_peak(void *p)
  * measured before the first row. recheck: measured again (a quarter as
  * long) and the highest figure of the run kept. On a shared host a
  * measurement taken while a neighbour loads the core comes out low and
- * would inflate every later row's fraction (a borrowed Xeon once gave 105
- * GFLOP/s where the same run had 170 before); a row is checked against the
- * peak right after it, so its fraction can only err low. */
+ * would inflate every later row's fraction (on a borrowed Xeon one bench
+ * process measured 105 GFLOP/s, the one before it 170); a row is checked
+ * against the peak right after it, so its fraction can only err low. */
 static double peak_once(const bench_options *op, linattn_isa isa, double min_time)
 {
     peak_ctx c = {isa, op->quick ? 1 << 12 : 1 << 16};

@@ -11,6 +11,10 @@
 # include/python3.12); PYTHON_EXT_SUFFIX its extension suffix (default
 # .cpython-312-x86_64-linux-gnu.so). Without PYTHON_INCLUDE the Python part
 # is left out (run.sh says so).
+# VARIANTS="NAME:FLAGS ...": also the library of a build with those C flags
+# (comma-separated, e.g. pad:-DLA_DELTA_PACK_PAD=16), in DIR/variants/NAME,
+# so that a script there can time it against this tree's library in one
+# run: LD_LIBRARY_PATH=DIR/variants/NAME:DIR/lib DIR/bin/linattn-bench ...
 set -eu
 cd "$(dirname "$0")/.."
 here=$PWD
@@ -37,6 +41,23 @@ for f in "$dir"/bin/*; do ldd "$f"; done | awk '$2 == "=>" && $3 ~ /^\// {print 
     cp -L "$lib" "$dir/lib/"
 done
 cp -L "$build/liblinattn.so.2" "$dir/lib/" # for the Python extension
+for v in ${VARIANTS:-}; do
+    name=${v%%:*}
+    flags=$(echo "${v#*:}" | tr ',' ' ')
+    vb=build-device-$name
+    if [ -d "$vb" ]; then
+        meson configure "$vb" -Dc_args="$flags" >/dev/null
+    else
+        meson setup "$vb" --buildtype=release -Dsimde=disabled -Dtests=false \
+            -Dc_args="$flags" >/dev/null
+    fi
+    ninja -C "$vb" >"$vb/device-bundle.log" 2>&1 || {
+        echo "device-bundle: variant $name ($flags) does not build; see $vb/device-bundle.log" >&2
+        exit 1
+    }
+    mkdir -p "$dir/variants/$name"
+    cp -L "$vb/liblinattn.so.2" "$dir/variants/$name/"
+done
 cp -r scripts "$dir/scripts"
 if [ -n "${PYTHON_INCLUDE:-}" ]; then
     suffix=${PYTHON_EXT_SUFFIX:-.cpython-312-x86_64-linux-gnu.so}

@@ -19,7 +19,7 @@ set -eu
 cd "$(dirname "$0")/.."
 here=$PWD
 dir=${1:-device}
-build=build-device
+build="build-device"
 case "$dir" in /*) ;; *) dir=$here/$dir ;; esac
 mkdir -p "$dir"
 git check-ignore -q "$dir" || {

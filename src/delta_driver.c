@@ -97,12 +97,15 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
                         void *stage_buf, void *kws)
 {
     const int64_t s_vld = st.s_vld;
+    /* pairs of tokens, by the sequence's length (never a step's) */
+    const int64_t pair_from = kern->delta_tuning->delta_pair_from_T[c->gate];
+    const int pairs = !c->step && pair_from != LA_TUNE_NEVER && src->T >= pair_from;
     for (int64_t t0 = 0; t0 < src->T; t0 += a->block) {
         const int64_t n = src->T - t0 < a->block ? src->T - t0 : a->block;
         la_head h = {.dk = c->dk, .dv = c->dv, .s = st.s, .s_bf16 = st.s16, .s_vld = s_vld,
                      .s_from = t0 == 0 ? st.from : NULL, .s_packed = st.packed, .s_next = st.next,
                      .step_columns = kern->delta_tuning->delta_step_columns, .scale = c->scale,
-                     .chunk = a->chunk};
+                     .chunk = a->chunk, .pair_tokens = pairs};
         la_stage_in(kern->stage, src, t0, n, stage_buf, &h);
         if (s_vld)
             kern->delta->recurrent_vfirst(&h, j0, nj, kws);

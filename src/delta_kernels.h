@@ -50,6 +50,12 @@
 #define LA_DELTA_PACK_NV LA_DELTA_NV
 #endif
 
+/* Vectors per register tile of a pair sweep (delta_tile_pairs: six
+ * accumulators a vector); an integer literal, at most LA_DELTA_NV. */
+#ifndef LA_DELTA_PAIR_NV
+#define LA_DELTA_PAIR_NV LA_DELTA_NV
+#endif
+
 /* Packed rows DELTA_PACK_LD floats apart: not padded. On the Xeon a pad
  * of 16 floats (pack.h) measured -5% to +7% by gate in one run, and level
  * or slower in a second (3 interleaved rounds, fraction of the zmm peak,
@@ -100,9 +106,10 @@ static int64_t round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
 
 /* Features of one token: qh, kh, the decays a (a[0] for TOKEN), and kn =
  * the coefficients of S^T k with the decay folded in (CHANNEL: kh o a;
- * otherwise kh, and the TOKEN decay multiplies the sum). Rows of
+ * otherwise kh, and the TOKEN decay multiplies the sum); a fifth row kb
+ * for the second token of a pair sweep (delta_pair_terms). Rows of
  * DELTA_FEATURES padded vectors. */
-enum { DELTA_FEATURES = 4, DELTA_BLOCK = 32 /* tokens whose features are made at once */ };
+enum { DELTA_FEATURES = 5, DELTA_BLOCK = 32 /* tokens whose features are made at once */ };
 
 LA_INLINE void delta_prepare(const la_head *h, int64_t t, float *f, int64_t dkp)
 {
@@ -116,6 +123,61 @@ LA_INLINE void delta_prepare(const la_head *h, int64_t t, float *f, int64_t dkp)
     else
         memcpy(kn, kh, (size_t)dkp * sizeof(float)); /* with the zero padding: the V-first
                                                         kernel reads whole vectors */
+}
+
+/* Tokens of one feature block, and where its pair terms follow its
+ * features in the workspace (delta_recurrent_bytes). */
+static int64_t delta_block_tokens(int64_t T) { return T < DELTA_BLOCK ? T : DELTA_BLOCK; }
+
+/* A pair sweep (la_head.pair_tokens) runs tokens i, i+1 of a block (i
+ * even) in one pass over the tile, from the state S before token i. With
+ * L the decays (a scalar, a diagonal, or 1) and S_i = L_i S + kh_i u_i^T:
+ *   - the second token's decayed S^T k is
+ *       (L_i+1 S_i)^T kh_i+1 = S^T (L_i L_i+1 kh_i+1) + c_i u_i,
+ *     c_i = kh_i . L_i+1 kh_i+1, so the pass before sums S^T kb_i+1 (kb =
+ *     L_i kn_i+1; kn already holds L_i+1 kh_i+1 for CHANNEL, the TOKEN
+ *     decays multiply the sums) beside S^T kn_i;
+ *   - the first token's output is S_i^T qh_i = S^T (L_i qh_i) + e_i u_i,
+ *     e_i = qh_i . kh_i, so S_i is never formed;
+ *   - the state after both is L_i+1 L_i S + (L_i+1 kh_i) u_i^T +
+ *     kh_i+1 u_i+1^T: with a gate, one multiply and two FMAs per element
+ *     (two of each one token at a time), without, two FMAs.
+ * So the rows of token i become qa = L_i qh_i, kd = L_i+1 kh_i and (fifth
+ * row) w = L_i L_i+1 (w[0] for TOKEN); kb goes in the fifth row of token
+ * i+1 (CHANNEL; otherwise it is kn_i+1); c_i is pair[i], e_i pair[i+1].
+ * Every even i with a successor in the block gets them; a last odd token
+ * keeps its features for a one-token sweep. */
+LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, int64_t n, int64_t dkp)
+{
+    const int64_t fs = DELTA_FEATURES * dkp;
+    for (int64_t i = 0; i + 1 < n; i += 2) {
+        float *qh = f + i * fs, *kh = qh + dkp, *a = qh + 2 * dkp, *w = qh + 4 * dkp;
+        const float *a1 = a + fs, *kn1 = qh + fs + 3 * dkp;
+        float *kb1 = qh + fs + 4 * dkp;
+        la_vf c = vf_zero(), e = vf_zero();
+        for (int64_t x = 0; x < dkp; x += LA_VW) {
+            c = vf_fma(vf_load(kh + x), vf_load(kn1 + x), c);
+            e = vf_fma(vf_load(qh + x), vf_load(kh + x), e);
+        }
+        pair[i] = vf_hsum(c);
+        pair[i + 1] = vf_hsum(e);
+        if (h->gate == LA_GATE_CHANNEL) {
+            for (int64_t x = 0; x < dkp; x += LA_VW) {
+                const la_vf ax = vf_load(a + x), a1x = vf_load(a1 + x);
+                vf_store(kb1 + x, vf_mul(ax, vf_load(kn1 + x)));
+                vf_store(qh + x, vf_mul(ax, vf_load(qh + x)));
+                vf_store(kh + x, vf_mul(a1x, vf_load(kh + x)));
+                vf_store(w + x, vf_mul(ax, a1x));
+            }
+        } else if (h->gate == LA_GATE_TOKEN) {
+            const la_vf ax = vf_set1(a[0]), a1x = vf_set1(a1[0]);
+            for (int64_t x = 0; x < dkp; x += LA_VW) {
+                vf_store(qh + x, vf_mul(ax, vf_load(qh + x)));
+                vf_store(kh + x, vf_mul(a1x, vf_load(kh + x)));
+            }
+            w[0] = a[0] * a1[0];
+        }
+    }
 }
 
 /* Tokens t0..t0+n-1 on nv vectors of columns of S (rows ld elements apart;
@@ -198,6 +260,97 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
 #undef SST
 }
 
+/* Tokens t0..t0+n-1 of a float tile, n even, two at a time
+ * (delta_pair_terms): per pair, one read-write pass sums each row for the
+ * first token's output, updates it for both tokens, reads it out for the
+ * second and sums it for the next pair's S^T kn and S^T kb. The state is
+ * loaded and stored once per two tokens, and a pair executes 6 FP
+ * operations per element without a gate and 7 with one (8 one token at a
+ * time), with six accumulators per vector (LA_DELTA_PAIR_NV vectors). */
+LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const float *v0, float *o0,
+                                const float *f, const float *pair, int64_t dkp, int64_t t0,
+                                int64_t n, int nv, int64_t wl, la_gate gate)
+{
+    /* locals, as in delta_tile_tokens */
+    const int64_t dk = h->dk, fs = DELTA_FEATURES * dkp;
+    const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
+    const int64_t kb_row = gate == LA_GATE_CHANNEL ? 4 * dkp : 3 * dkp;
+    la_vf acc[LA_DELTA_PAIR_NV], acc1[LA_DELTA_PAIR_NV], u[LA_DELTA_PAIR_NV],
+        u1[LA_DELTA_PAIR_NV], out[LA_DELTA_PAIR_NV], out1[LA_DELTA_PAIR_NV];
+#define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
+#define ST(p, x, y)                                                                               \
+    ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
+    for (int x = 0; x < nv; x++)
+        acc[x] = acc1[x] = vf_zero();
+    for (int64_t c = 0; c < dk; c++) { /* S^T kn and S^T kb of the first pair */
+        const la_vf kv = vf_set1(f[3 * dkp + c]), kv1 = vf_set1(f[fs + kb_row + c]);
+        for (int x = 0; x < nv; x++) {
+            const la_vf old = LD(s + c * ld, x);
+            acc[x] = vf_fma(old, kv, acc[x]);
+            acc1[x] = vf_fma(old, kv1, acc1[x]);
+        }
+    }
+    for (int64_t i = 0; i < n; i += 2) {
+        const int64_t t = t0 + i;
+        /* token i's rows as delta_pair_terms left them, token i+1's as made */
+        const float *qa = f + i * fs, *kd = qa + dkp, *a = qa + 2 * dkp, *w = qa + 4 * dkp;
+        const float *qh1 = qa + fs, *kh1 = qh1 + dkp, *a1 = qh1 + 2 * dkp;
+        const float *kn = i + 2 < n ? f + (i + 2) * fs + 3 * dkp : NULL;
+        const float *kb = kn ? f + (i + 3) * fs + kb_row : NULL;
+        const la_vf at = vf_set1(gate == LA_GATE_TOKEN ? a[0] : 1.0f);
+        const la_vf at1 = vf_set1(gate == LA_GATE_TOKEN ? a1[0] : 1.0f);
+        const la_vf wt = vf_set1(gate == LA_GATE_TOKEN ? w[0] : 1.0f);
+        const la_vf bv = vf_set1(h->beta[t * beta_ts]), bv1 = vf_set1(h->beta[(t + 1) * beta_ts]);
+        const la_vf cv = vf_set1(pair[i]), ev = vf_set1(pair[i + 1]);
+        const float *v = v0 + t * v_ts, *v1 = v + v_ts;
+        for (int x = 0; x < nv; x++) {
+            const la_vf sum = gate == LA_GATE_TOKEN ? vf_mul(acc[x], at) : acc[x];
+            u[x] = vf_mul(bv, vf_sub(LD(v, x), sum));
+            /* the second token's S^T k: its decay times (the first's decay
+             * times S^T kb, plus c u) */
+            const la_vf d = gate == LA_GATE_TOKEN
+                                ? vf_mul(at1, vf_fma(cv, u[x], vf_mul(at, acc1[x])))
+                                : vf_fma(cv, u[x], acc1[x]);
+            u1[x] = vf_mul(bv1, vf_sub(LD(v1, x), d));
+            acc[x] = acc1[x] = out[x] = out1[x] = vf_zero();
+        }
+#define PAIR_SWEEP(NEXT)                                                                          \
+    for (int64_t c = 0; c < dk; c++) {                                                            \
+        const la_vf qv = vf_set1(qa[c]), kv = vf_set1(kd[c]);                                     \
+        const la_vf qv1 = vf_set1(qh1[c]), kv1 = vf_set1(kh1[c]);                                 \
+        const la_vf wv = gate == LA_GATE_CHANNEL ? vf_set1(w[c]) : wt;                           \
+        const la_vf nk = vf_set1(NEXT ? kn[c] : 0.0f), nk1 = vf_set1(NEXT ? kb[c] : 0.0f);        \
+        float *row = s + c * ld;                                                                  \
+        for (int x = 0; x < nv; x++) {                                                            \
+            const la_vf old = LD(row, x);                                                         \
+            out[x] = vf_fma(old, qv, out[x]);                                                     \
+            const la_vf y1 = gate == LA_GATE_NONE                                                 \
+                                 ? vf_fma(kv1, u1[x], vf_fma(kv, u[x], old))                      \
+                                 : vf_fma(wv, old, vf_fma(kv, u[x], vf_mul(kv1, u1[x])));         \
+            ST(row, x, y1);                                                                       \
+            out1[x] = vf_fma(y1, qv1, out1[x]);                                                   \
+            if (NEXT) {                                                                           \
+                acc[x] = vf_fma(y1, nk, acc[x]);                                                  \
+                acc1[x] = vf_fma(y1, nk1, acc1[x]);                                               \
+            }                                                                                     \
+        }                                                                                         \
+    }
+        if (kn) {
+            PAIR_SWEEP(1)
+        } else {
+            PAIR_SWEEP(0)
+        }
+#undef PAIR_SWEEP
+        float *o = o0 + t * o_ts, *o1 = o + o_ts;
+        for (int x = 0; x < nv; x++) {
+            ST(o, x, vf_fma(ev, u[x], out[x]));
+            ST(o1, x, out1[x]);
+        }
+    }
+#undef LD
+#undef ST
+}
+
 /* A unit of work is up to 128 value columns (several register tiles), so
  * the features of a token are made once for all of them. */
 static int64_t delta_tile_columns(int64_t dk, int64_t dv)
@@ -210,9 +363,10 @@ static int64_t delta_tile_columns(int64_t dk, int64_t dv)
 static size_t delta_recurrent_bytes(int64_t T, int64_t dk, int64_t nj)
 {
     (void)nj;
-    const size_t block = T < DELTA_BLOCK ? la_size_of_dim(T) : DELTA_BLOCK;
-    return la_size_floats(la_size_mul(la_size_mul(DELTA_FEATURES, block),
-                                      la_size_of_dim(round_vw(dk))));
+    /* the features of a block, then its pair terms (one float a token) */
+    const size_t block = la_size_of_dim(delta_block_tokens(T));
+    return la_size_floats(la_size_add(
+        la_size_mul(la_size_mul(DELTA_FEATURES, block), la_size_of_dim(round_vw(dk))), block));
 }
 
 /* A whole tile of nv vectors (a constant: no masked accesses) under a
@@ -234,13 +388,61 @@ LA_INLINE void delta_tile_whole(const la_head *h, void *s, int64_t ld, const flo
             delta_tile_whole(h, s, ld, v, o, f, dkp, t0, n, NV, LA_GATE_CHANNEL, bf16);           \
     } while (0)
 
+#define DELTA_PAIRS_PER_GATE(NV)                                                                  \
+    do {                                                                                          \
+        if (h->gate == LA_GATE_NONE)                                                              \
+            delta_tile_pairs(h, sx, ld, vx, ox, f, pair, dkp, t0, even, NV, LA_VW, LA_GATE_NONE); \
+        else if (h->gate == LA_GATE_TOKEN)                                                        \
+            delta_tile_pairs(h, sx, ld, vx, ox, f, pair, dkp, t0, even, NV, LA_VW,                \
+                             LA_GATE_TOKEN);                                                      \
+        else                                                                                      \
+            delta_tile_pairs(h, sx, ld, vx, ox, f, pair, dkp, t0, even, NV, LA_VW,                \
+                             LA_GATE_CHANNEL);                                                    \
+    } while (0)
+
+/* The pairs of a block's tokens (pair: its pair terms) on sub-tiles of
+ * LA_DELTA_PAIR_NV vectors of a float tile, each sub-tile through all of
+ * them (the columns are independent); the number of pairs and every sum
+ * are the same for any tile width, so any column split gives the same
+ * bits. A last odd token is left to delta_tile_tokens. */
+static void delta_pairs_dispatch(const la_head *h, float *s, int64_t ld, const float *v, float *o,
+                                 const float *f, const float *pair, int64_t dkp, int64_t t0,
+                                 int64_t even, int nv, int64_t wl)
+{
+    for (int x0 = 0; x0 < nv; x0 += LA_DELTA_PAIR_NV) {
+        const int k = nv - x0 < LA_DELTA_PAIR_NV ? nv - x0 : LA_DELTA_PAIR_NV;
+        const int64_t kwl = x0 + k == nv ? wl : LA_VW;
+        float *sx = s + x0 * LA_VW, *ox = o + x0 * LA_VW;
+        const float *vx = v + x0 * LA_VW;
+#define DELTA_PAIRS(kk)                                                                           \
+    delta_tile_pairs(h, sx, ld, vx, ox, f, pair, dkp, t0, even, kk, kwl, h->gate)
+        if (kwl == LA_VW && k == LA_DELTA_PAIR_NV)
+            DELTA_PAIRS_PER_GATE(LA_DELTA_PAIR_NV);
+        else
+            LA_TILE_SWITCH(k, LA_DELTA_PAIR_NV, DELTA_PAIRS);
+#undef DELTA_PAIRS
+    }
+}
+#undef DELTA_PAIRS_PER_GATE
+
 /* One sweep function per gate and state type for whole tiles (of the
  * table's width, and of its packed width); ragged ones (dv not a multiple
- * of the tile, narrowed tiles) read the gate. */
+ * of the tile, narrowed tiles) read the gate. With pair (a float state,
+ * la_head.pair_tokens), the block's tokens go in pairs and a last odd one
+ * alone. */
 static void delta_tile_dispatch(const la_head *h, void *s, int64_t ld, const float *v, float *o,
-                                const float *f, int64_t dkp, int64_t t0, int64_t n, int nv,
-                                int64_t wl, int bf16)
+                                const float *f, const float *pair, int64_t dkp, int64_t t0,
+                                int64_t n, int nv, int64_t wl, int bf16)
 {
+    if (pair && n >= 2) {
+        const int64_t even = n & ~(int64_t)1;
+        delta_pairs_dispatch(h, s, ld, v, o, f, pair, dkp, t0, even, nv, wl);
+        f += even * DELTA_FEATURES * dkp;
+        t0 += even;
+        n -= even;
+        if (n == 0)
+            return;
+    }
 #define DELTA_TOKENS(k) delta_tile_tokens(h, s, ld, v, o, f, dkp, t0, n, k, wl, h->gate, bf16)
     if (wl == LA_VW && nv == LA_DELTA_NV)
         DELTA_WHOLE_PER_GATE(LA_DELTA_NV);
@@ -269,10 +471,17 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
     const int one_token = h->T == 1 && !h->s_packed && !h->s_bf16;
     const int64_t tw = h->s_packed ? DELTA_PACK_TILE : one_token ? delta_step_tile(h) : DELTA_TILE;
     float *f = ws;
+    /* pairs of tokens on a float state (la_head.pair_tokens); their terms
+     * after the features */
+    float *pair = h->pair_tokens && !h->s_bf16
+                      ? f + delta_block_tokens(h->T) * DELTA_FEATURES * dkp
+                      : NULL;
     for (int64_t t0 = 0; t0 < h->T; t0 += DELTA_BLOCK) {
         const int64_t n = h->T - t0 < DELTA_BLOCK ? h->T - t0 : DELTA_BLOCK;
         for (int64_t i = 0; i < n; i++)
             delta_prepare(h, t0 + i, f + i * DELTA_FEATURES * dkp, dkp);
+        if (pair)
+            delta_pair_terms(h, f, pair, n, dkp);
         for (int64_t jb = j0; jb < j0 + nj; jb += tw) {
             const int64_t width = j0 + nj - jb < tw ? j0 + nj - jb : tw;
             const int nv = (int)((width + LA_VW - 1) / LA_VW);
@@ -288,13 +497,14 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
                                                        : NULL;
             /* (whole-tile sweeps instantiated per gate: see delta_tile_tokens) */
             if (h->s_bf16)
-                delta_tile_dispatch(&th, h->s_bf16 + jb, h->dv, v, o, f, dkp, t0, n, nv, wl, 1);
+                delta_tile_dispatch(&th, h->s_bf16 + jb, h->dv, v, o, f, NULL, dkp, t0, n, nv, wl,
+                                    1);
             else if (h->s_packed)
                 delta_tile_dispatch(&th, la_packed_tile(h->s, h->dk, DELTA_PACK_LD,
                                                         (jb - j0) / DELTA_PACK_TILE),
-                                    DELTA_PACK_LD, v, o, f, dkp, t0, n, nv, wl, 0);
+                                    DELTA_PACK_LD, v, o, f, pair, dkp, t0, n, nv, wl, 0);
             else
-                delta_tile_dispatch(&th, h->s + jb, h->dv, v, o, f, dkp, t0, n, nv, wl, 0);
+                delta_tile_dispatch(&th, h->s + jb, h->dv, v, o, f, pair, dkp, t0, n, nv, wl, 0);
         }
     }
 }

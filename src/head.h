@@ -51,6 +51,9 @@ typedef struct la_head {
      * columns per register tile (la_tuning.delta_step_columns; 0: the
      * table's tile) */
     int64_t step_columns;
+    /* delta recurrent only, float K-first state: tokens go through the
+     * tile two at a time (la_tuning.delta_pair_from_T) */
+    int pair_tokens;
     float scale; /* finite */
     float eps;   /* additive: finite, >= 0 */
     linattn_phi phi; /* the stage has applied it (IDENTITY) when it made q/k panels */

@@ -48,6 +48,15 @@ typedef struct la_tuning {
      * next state's) into L2, so narrower tiles leave less of the state to
      * wait for. The results are the same bits for any width. */
     int64_t delta_step_columns;
+    /* The delta recurrent forward on a float K-first state (packed or not)
+     * runs its tokens two at a time in sequences of at least
+     * delta_pair_from_T[gate] tokens (delta_kernels.h, delta_pair_terms:
+     * one read-write pass over a tile per pair, half the loads and stores,
+     * 6-7 FP operations per element and pair against 6-8; the sums are
+     * regrouped, so results differ from one token at a time in rounding
+     * only); LA_TUNE_NEVER: one at a time. Decode steps, and the steps of a
+     * call's snapshots, go one at a time always. */
+    int64_t delta_pair_from_T[LA_GATES];
 } la_tuning;
 
 /* The delta family's algorithm on every table so far, measured on Zen 4

@@ -925,7 +925,7 @@ END_TEST
  * tokens and from 1. K-first and V-first pools with padded rows (the
  * padding holds a marker that must stay), float and bfloat16, moved,
  * zero-start, in-place and unwritten slots, dv over several packed tiles,
- * 1 and 3 threads. */
+ * 1 and 3 threads, tokens one at a time and in pairs. */
 START_TEST(packed_pool_same_bits)
 {
     if (table->delta == NULL || table->delta->pack_tile == 0) {
@@ -935,110 +935,179 @@ START_TEST(packed_pool_same_bits)
     }
     /* from 32: a float V-first call of 20 tokens packs (its state is
      * transposed anyway), the others do not */
-    la_tuning never = *la_active_kernels()->delta_tuning, from32 = never, always = never;
-    never.delta_pack_from_T = LA_TUNE_NEVER;
-    from32.delta_pack_from_T = 32;
-    always.delta_pack_from_T = 1;
     enum { B = 4, H = 2, SLOTS = 9, PAD = 3 };
-    const int64_t dk = 13, dv = 2 * table->delta->pack_tile + 5;
-    const int32_t rd[B] = {5, -1, 2, 7}, wr[B] = {1, 4, 2, -1};
-    static const int64_t Ts[] = {3, 20, 40};
-    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
-        for (int vfirst = 0; vfirst <= 1; vfirst++)
-            for (int bf16 = 0; bf16 <= 1; bf16++)
-                for (int threads = 1; threads <= 3; threads += 2) {
-                    const int64_t T = Ts[ti], tok = B * T * H;
-                    const int64_t row = vfirst ? 1 : dv + PAD, col = vfirst ? dk + PAD : 1;
-                    const int64_t head = vfirst ? dv * col : dk * row, elems = SLOTS * H * head;
-                    const size_t es = bf16 ? 2 : 4;
-                    float *q = malloc((size_t)(tok * dk) * sizeof(float));
-                    float *k = malloc((size_t)(tok * dk) * sizeof(float));
-                    float *v = malloc((size_t)(tok * dv) * sizeof(float));
-                    float *g = malloc((size_t)tok * sizeof(float));
-                    float *beta = malloc((size_t)tok * sizeof(float));
-                    float *o1 = calloc((size_t)(tok * dv), sizeof(float));
-                    float *o2 = calloc((size_t)(tok * dv), sizeof(float));
-                    unsigned char *pool0 = malloc((size_t)elems * es);
-                    unsigned char *pool1 = malloc((size_t)elems * es);
-                    unsigned char *pool2 = malloc((size_t)elems * es);
-                    ck_assert(q && k && v && g && beta && o1 && o2 && pool0 && pool1 && pool2);
-                    for (int64_t e = 0; e < tok * dk; e++)
-                        q[e] = rand_uniform(-1, 1), k[e] = rand_uniform(-1, 1);
-                    for (int64_t e = 0; e < tok * dv; e++)
-                        v[e] = rand_uniform(-0.3f, 5);
-                    for (int64_t e = 0; e < tok; e++)
-                        g[e] = rand_uniform(-2, 0), beta[e] = rand_uniform(0, 1);
-                    for (int64_t e = 0; e < elems; e++) {
-                        const int64_t in_head = e % head;
-                        const int64_t i = vfirst ? in_head % col : in_head / row;
-                        const int64_t j = vfirst ? in_head / col : in_head % row;
-                        const float x = i < dk && j < dv ? rand_uniform(-0.3f, 0.3f) : 1234.5f;
-                        uint32_t u;
-                        memcpy(&u, &x, sizeof u);
-                        if (bf16)
-                            ((uint16_t *)pool0)[e] = (uint16_t)(u >> 16);
-                        else
-                            ((float *)pool0)[e] = x;
-                    }
-                    memcpy(pool1, pool0, (size_t)elems * es);
-                    linattn_config cfg;
-                    linattn_config_init(&cfg, B, H, T, dk, dv);
-                    linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
-                    cfg.normalize = 0, cfg.qk_l2norm = 1, cfg.num_threads = threads;
-                    cfg.algo = LINATTN_ALGO_RECURRENT;
-                    cfg.dtype.s = bf16 ? LINATTN_BF16 : LINATTN_F32;
-                    linattn_state_pool pool = {.slots = SLOTS, .slot = H * head, .head = head,
-                                               .row = row, .col = col, .read_slots = rd,
-                                               .write_slots = wr};
-                    linattn_operands ops;
-                    linattn_operands_init(&ops);
-                    ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = beta, ops.pool = &pool;
-                    ops.o = o1, ops.s = pool1;
-                    la_force_table_tuning(table, NULL, &never);
-                    ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK,
-                                  "%s", linattn_last_error());
-                    const char *what = vfirst ? (bf16 ? "V-first bf16" : "V-first f32")
-                                              : (bf16 ? "K-first bf16" : "K-first f32");
-                    const la_tuning *packing[2] = {&from32, &always};
-                    for (int pk = 0; pk < 2; pk++) {
-                        memcpy(pool2, pool0, (size_t)elems * es);
-                        memset(o2, 0, (size_t)(tok * dv) * sizeof(float));
-                        ops.o = o2, ops.s = pool2;
-                        la_force_table_tuning(table, NULL, packing[pk]);
+    /* tokens one at a time, then in pairs (tuning.h); the entries outlive
+     * the loop, which leaves the last one forced */
+    const la_tuning entry = *la_active_kernels()->delta_tuning;
+    la_tuning never, from32, always;
+    for (int pairs = 0; pairs <= 1; pairs++) {
+        never = entry;
+        for (int gate = 0; gate < LA_GATES; gate++)
+            never.delta_pair_from_T[gate] = pairs ? 2 : LA_TUNE_NEVER;
+        from32 = never, always = never;
+        never.delta_pack_from_T = LA_TUNE_NEVER;
+        from32.delta_pack_from_T = 32;
+        always.delta_pack_from_T = 1;
+        const int64_t dk = 13, dv = 2 * table->delta->pack_tile + 5;
+        const int32_t rd[B] = {5, -1, 2, 7}, wr[B] = {1, 4, 2, -1};
+        static const int64_t Ts[] = {3, 20, 40};
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+            for (int vfirst = 0; vfirst <= 1; vfirst++)
+                for (int bf16 = 0; bf16 <= 1; bf16++)
+                    for (int threads = 1; threads <= 3; threads += 2) {
+                        const int64_t T = Ts[ti], tok = B * T * H;
+                        const int64_t row = vfirst ? 1 : dv + PAD, col = vfirst ? dk + PAD : 1;
+                        const int64_t head = vfirst ? dv * col : dk * row, elems = SLOTS * H * head;
+                        const size_t es = bf16 ? 2 : 4;
+                        float *q = malloc((size_t)(tok * dk) * sizeof(float));
+                        float *k = malloc((size_t)(tok * dk) * sizeof(float));
+                        float *v = malloc((size_t)(tok * dv) * sizeof(float));
+                        float *g = malloc((size_t)tok * sizeof(float));
+                        float *beta = malloc((size_t)tok * sizeof(float));
+                        float *o1 = calloc((size_t)(tok * dv), sizeof(float));
+                        float *o2 = calloc((size_t)(tok * dv), sizeof(float));
+                        unsigned char *pool0 = malloc((size_t)elems * es);
+                        unsigned char *pool1 = malloc((size_t)elems * es);
+                        unsigned char *pool2 = malloc((size_t)elems * es);
+                        ck_assert(q && k && v && g && beta && o1 && o2 && pool0 && pool1 && pool2);
+                        for (int64_t e = 0; e < tok * dk; e++)
+                            q[e] = rand_uniform(-1, 1), k[e] = rand_uniform(-1, 1);
+                        for (int64_t e = 0; e < tok * dv; e++)
+                            v[e] = rand_uniform(-0.3f, 5);
+                        for (int64_t e = 0; e < tok; e++)
+                            g[e] = rand_uniform(-2, 0), beta[e] = rand_uniform(0, 1);
+                        for (int64_t e = 0; e < elems; e++) {
+                            const int64_t in_head = e % head;
+                            const int64_t i = vfirst ? in_head % col : in_head / row;
+                            const int64_t j = vfirst ? in_head / col : in_head % row;
+                            const float x = i < dk && j < dv ? rand_uniform(-0.3f, 0.3f) : 1234.5f;
+                            uint32_t u;
+                            memcpy(&u, &x, sizeof u);
+                            if (bf16)
+                                ((uint16_t *)pool0)[e] = (uint16_t)(u >> 16);
+                            else
+                                ((float *)pool0)[e] = x;
+                        }
+                        memcpy(pool1, pool0, (size_t)elems * es);
+                        linattn_config cfg;
+                        linattn_config_init(&cfg, B, H, T, dk, dv);
+                        linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+                        cfg.normalize = 0, cfg.qk_l2norm = 1, cfg.num_threads = threads;
+                        cfg.algo = LINATTN_ALGO_RECURRENT;
+                        cfg.dtype.s = bf16 ? LINATTN_BF16 : LINATTN_F32;
+                        linattn_state_pool pool = {.slots = SLOTS, .slot = H * head, .head = head,
+                                                   .row = row, .col = col, .read_slots = rd,
+                                                   .write_slots = wr};
+                        linattn_operands ops;
+                        linattn_operands_init(&ops);
+                        ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = beta;
+                        ops.pool = &pool;
+                        ops.o = o1, ops.s = pool1;
+                        la_force_table_tuning(table, NULL, &never);
                         ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) ==
                                           LINATTN_OK,
                                       "%s", linattn_last_error());
-                        ck_assert_msg(memcmp(o1, o2, (size_t)(tok * dv) * sizeof(float)) == 0,
-                                      "%s T = %lld, %d threads, packing from %lld: o differs", what,
-                                      (long long)T, threads,
-                                      (long long)packing[pk]->delta_pack_from_T);
-                        ck_assert_msg(memcmp(pool1, pool2, (size_t)elems * es) == 0,
-                                      "%s T = %lld, %d threads, packing from %lld: the pool differs",
-                                      what, (long long)T, threads,
-                                      (long long)packing[pk]->delta_pack_from_T);
+                        const char *what = vfirst ? (bf16 ? "V-first bf16" : "V-first f32")
+                                                  : (bf16 ? "K-first bf16" : "K-first f32");
+                        const la_tuning *packing[2] = {&from32, &always};
+                        for (int pk = 0; pk < 2; pk++) {
+                            memcpy(pool2, pool0, (size_t)elems * es);
+                            memset(o2, 0, (size_t)(tok * dv) * sizeof(float));
+                            ops.o = o2, ops.s = pool2;
+                            la_force_table_tuning(table, NULL, packing[pk]);
+                            ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) ==
+                                              LINATTN_OK,
+                                          "%s", linattn_last_error());
+                            ck_assert_msg(memcmp(o1, o2, (size_t)(tok * dv) * sizeof(float)) == 0,
+                                          "%s T = %lld, %d threads, packing from %lld: o differs",
+                                          what, (long long)T, threads,
+                                          (long long)packing[pk]->delta_pack_from_T);
+                            ck_assert_msg(memcmp(pool1, pool2, (size_t)elems * es) == 0,
+                                          "%s T = %lld, %d threads, packing from %lld: "
+                                          "the pool differs",
+                                          what, (long long)T, threads,
+                                          (long long)packing[pk]->delta_pack_from_T);
+                        }
+                        /* only the write slots change (slot 7 is only read) */
+                        for (int32_t slot = 0; slot < SLOTS; slot++) {
+                            const int written = slot == wr[0] || slot == wr[1] || slot == wr[2];
+                            const size_t at = (size_t)(slot * H * head) * es;
+                            ck_assert_msg(written || memcmp(pool2 + at, pool0 + at,
+                                                            (size_t)(H * head) * es) == 0,
+                                          "%s T = %lld: slot %d was written", what, (long long)T,
+                                          (int)slot);
+                        }
+                        for (int64_t e = 0; e < elems; e++) {
+                            const int64_t in_head = e % head;
+                            const int64_t i = vfirst ? in_head % col : in_head / row;
+                            const int64_t j = vfirst ? in_head / col : in_head % row;
+                            if (i >= dk || j >= dv)
+                                ck_assert_msg(memcmp(pool2 + (size_t)e * es, pool0 + (size_t)e * es,
+                                                     es) == 0,
+                                              "%s T = %lld: padding element %lld written", what,
+                                              (long long)T, (long long)e);
+                        }
+                        free(q), free(k), free(v), free(g), free(beta), free(o1), free(o2);
+                        free(pool0), free(pool1), free(pool2);
                     }
-                    /* only the write slots change (slot 7 is only read) */
-                    for (int32_t slot = 0; slot < SLOTS; slot++) {
-                        const int written = slot == wr[0] || slot == wr[1] || slot == wr[2];
-                        const size_t at = (size_t)(slot * H * head) * es;
-                        ck_assert_msg(written || memcmp(pool2 + at, pool0 + at,
-                                                        (size_t)(H * head) * es) == 0,
-                                      "%s T = %lld: slot %d was written", what, (long long)T,
-                                      (int)slot);
-                    }
-                    for (int64_t e = 0; e < elems; e++) {
-                        const int64_t in_head = e % head;
-                        const int64_t i = vfirst ? in_head % col : in_head / row;
-                        const int64_t j = vfirst ? in_head / col : in_head % row;
-                        if (i >= dk || j >= dv)
-                            ck_assert_msg(memcmp(pool2 + (size_t)e * es, pool0 + (size_t)e * es,
-                                                 es) == 0,
-                                          "%s T = %lld: padding element %lld written", what,
-                                          (long long)T, (long long)e);
-                    }
-                    free(q), free(k), free(v), free(g), free(beta), free(o1), free(o2);
-                    free(pool0), free(pool1), free(pool2);
+    }
+    la_force_table(table);
+}
+END_TEST
+
+/* ---- pair sweeps (tuning.h: delta_pair_from_T) ----------------------------- */
+
+/* Tokens two at a time, forced on every table whatever this CPU's entry
+ * says, against the double oracle: odd and even T (a last token alone, a
+ * pair split over feature blocks of 32), dk and dv below, at and above the
+ * vector and the tiles, every gate, strong and mixed decay, beta up to 2,
+ * a carried state; and the same bits on the packed copy as where the state
+ * lies, and for 1 and 3 threads. */
+START_TEST(pair_sweeps_match_oracle)
+{
+    la_tuning pairs = *la_active_kernels()->delta_tuning, packed = pairs;
+    for (int gate = 0; gate < LA_GATES; gate++)
+        pairs.delta_pair_from_T[gate] = packed.delta_pair_from_T[gate] = 2;
+    pairs.delta_pack_from_T = LA_TUNE_NEVER;
+    packed.delta_pack_from_T = 1;
+    static const int64_t shapes[][6] = {
+        /* B, H, qk heads, T, dk, dv */
+        {1, 2, 2, 2, 5, 1},    {2, 3, 3, 3, 17, 15},   {1, 2, 1, 33, 64, 100},
+        {1, 1, 1, 65, 128, 130}, {1, 4, 2, 100, 33, 64}, {2, 2, 2, 64, 16, 48},
+    };
+    static const float g_ranges[][2] = {{1, 0} /* the gate's default */, {-20, -20}, {-30, 0}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (size_t gr = 0; gr < (gate == LINATTN_GATE_NONE ? 1 : 3); gr++) {
+                dspec sp = dspec_default(shapes[sh][0], shapes[sh][1], shapes[sh][3],
+                                         shapes[sh][4], shapes[sh][5]);
+                sp.qk_heads = shapes[sh][2];
+                sp.gate = (linattn_gate)gate;
+                sp.algo = LINATTN_ALGO_RECURRENT;
+                sp.with_state = 1;
+                sp.g_lo = g_ranges[gr][0], sp.g_hi = g_ranges[gr][1];
+                if (sh % 2)
+                    sp.beta_hi = 2.0f;
+                dproblem p;
+                dproblem_make(&p, &sp);
+                la_force_table_tuning(table, NULL, &pairs);
+                ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
+                expect_matches_oracle(&p, "pair sweeps");
+                float *o1 = copy_floats(p.o, p.no), *s1 = copy_floats(p.s, p.ns);
+                for (int run = 0; run < 2; run++) {
+                    restore_state(&p);
+                    p.cfg.num_threads = run ? 3 : 1;
+                    la_force_table_tuning(table, NULL, run ? &pairs : &packed);
+                    ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
+                    ck_assert_msg(memcmp(o1, p.o, p.no * sizeof(float)) == 0 &&
+                                      memcmp(s1, p.s, p.ns * sizeof(float)) == 0,
+                                  "pair sweeps give other bits %s (%s)",
+                                  run ? "on 3 threads" : "on the packed copy", dspec_name(&p.sp));
                 }
+                free(o1);
+                free(s1);
+                dproblem_free(&p);
+            }
     la_force_table(table);
 }
 END_TEST
@@ -1281,6 +1350,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, packed_state_same_bits);
     tcase_add_test(oracle, packed_pool_same_bits);
     tcase_add_test(oracle, step_tiles_same_bits);
+    tcase_add_test(oracle, pair_sweeps_match_oracle);
     suite_add_tcase(s, oracle);
 
     TCase *bad = tcase_create("bad_input");

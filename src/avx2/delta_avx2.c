@@ -8,4 +8,5 @@
 
 #define LA_DELTA_OPS la_delta_avx2
 #define LA_DELTA_NV 4
+#define LA_DELTA_PAIR_NV 2 /* pair sweeps: 12 accumulators */
 #include "../delta_kernels.h"

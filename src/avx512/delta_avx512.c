@@ -13,4 +13,7 @@
 #ifndef LA_DELTA_PACK_NV
 #define LA_DELTA_PACK_NV 4
 #endif
+#ifndef LA_DELTA_PAIR_NV
+#define LA_DELTA_PAIR_NV 4 /* pair sweeps: 24 accumulators */
+#endif
 #include "../delta_kernels.h"

@@ -7,4 +7,5 @@
 
 #define LA_DELTA_OPS la_delta_neon
 #define LA_DELTA_NV 8
+#define LA_DELTA_PAIR_NV 4 /* pair sweeps: 24 accumulators */
 #include "../delta_kernels.h"

@@ -155,6 +155,7 @@ static const la_tuning tuning_neon[] = {
         .additive_chunk = {{64, 64, 32}, {64, 64, 32}},
         LA_DELTA_TUNING_ZEN4,
         .delta_pack_from_T = LA_TUNE_NEVER,
+        .delta_pair_from_T = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
         .additive_pack_from_T = LA_TUNE_NEVER,
     },
 };

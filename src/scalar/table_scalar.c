@@ -20,6 +20,7 @@ static const la_tuning tuning_scalar[] = {
         .additive_chunk = {{32, 32, 16}, {32, 32, 16}},
         LA_DELTA_TUNING_ZEN4,
         .delta_pack_from_T = LA_TUNE_NEVER,
+        .delta_pair_from_T = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
         .additive_pack_from_T = LA_TUNE_NEVER,
     },
 };

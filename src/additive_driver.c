@@ -367,6 +367,7 @@ typedef struct {
     size_t fbytes;         /* features of one block */
     size_t zbytes;         /* per head: zz (2 dk floats) */
     size_t pbytes;         /* per head: the packed copy of its columns (0: none) */
+    int quads;             /* tokens four at a time (tuning.h) */
     size_t per_thread;     /* group x (w, zz, la_head, la_source), features, inv (block floats),
                             * the stage's panels of a block */
     unsigned char *ws;
@@ -397,6 +398,7 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
     for (int64_t g = 0; g < ng; g++) {
         la_head *h = HEAD(g);
         *h = head_base(c);
+        h->quad_tokens = j->quads;
         *SRC(g) = la_source_at(c, i0 + g); /* once per head, not per block */
         bind(h, c, i0 + g, mine + per_head * (size_t)g, &j->w);
         if (h->z && j->z_start)
@@ -466,6 +468,7 @@ static void rec_setup(rec_job *j, const la_kernels *kern, const la_call *c, int 
         j->group = per_thread < fit ? per_thread : fit > 1 ? fit : 1;
     }
     j->block = BLOCK < c->T ? BLOCK : c->T;
+    j->quads = c->T >= kern->additive_tuning->additive_quad_from_T[c->gate];
     j->fbytes = la_size_up64(ops->feature_bytes(j->block, c->dk, c->dv));
     j->zbytes = la_size_floats(2 * (size_t)c->dk);
     j->pbytes = ops->pack && c->T >= kern->additive_tuning->additive_pack_from_T

@@ -17,10 +17,17 @@
  * and at the end o1 += (qh1 . kh1) v1, which is o1 = qh1^T (a1 S + kh1 v1^T)
  * regrouped: 5 vector operations per element and pair with a gate (4
  * without), where decaying and reading out each token costs 6. LA_ADD_NV is
- * chosen so that the v and o vectors of both tokens fit in the registers. */
+ * chosen so that the v and o vectors of both tokens fit in the registers.
+ * Where the tuning entry says so (la_head.quad_tokens), a block's tokens go
+ * four at a time first, on narrower sub-tiles (add_quad). */
 
 #ifndef LA_ADD_NV
 #error "define LA_ADD_NV (and include an ISA vocabulary) before additive_kernels.h"
+#endif
+/* Vectors per register tile of a quad sweep (add_tile_tokens: eight
+ * accumulators a vector); an integer literal, at most LA_ADD_NV. */
+#ifndef LA_ADD_QUAD_NV
+#define LA_ADD_QUAD_NV 1
 #endif
 
 #include <math.h>
@@ -40,7 +47,10 @@ enum {
      * coefficients (in the first token of a pair: a1 qh1, a2 kh1, made only
      * with a gate; in the second: a21 (one float unless CHANNEL), then
      * qh1 . kh1) */
-    ADD_ROWS = 5
+    ADD_ROWS = 5,
+    /* a quad's own floats beyond the rows (add_quad): its decay w, then
+     * its ten output coefficients */
+    ADD_QUAD_TERMS = 16
 };
 
 static int64_t add_round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
@@ -68,8 +78,20 @@ static size_t additive_feature_bytes(int64_t n, int64_t dk, int64_t dv)
 {
     const size_t row = la_size_add(la_size_mul(ADD_ROWS, la_size_of_dim(add_round_vw(dk))),
                                    la_size_mul(2, la_size_of_dim(add_round_vw(dv))));
-    return la_size_floats(la_size_mul(la_size_of_dim(n), row));
+    /* then each quad's terms (add_quad_area) */
+    const size_t quad = la_size_add(la_size_of_dim(add_round_vw(dk)), ADD_QUAD_TERMS);
+    return la_size_floats(la_size_add(la_size_mul(la_size_of_dim(n), row),
+                                      la_size_mul(la_size_of_dim(n / 4 + 1), quad)));
 }
+
+/* Where the terms of the quads of a block of n tokens are (after the
+ * features and the two panels), add_quad_stride floats apart. */
+static float *add_quad_area(const la_head *h, float *f, int64_t n)
+{
+    return f + n * (ADD_ROWS * add_round_vw(h->dk) + 2 * add_round_vw(h->dv));
+}
+
+static int64_t add_quad_stride(const la_head *h) { return add_round_vw(h->dk) + ADD_QUAD_TERMS; }
 
 /* Rows of the token one block ahead, into L2 (into L1, rows far apart
  * would evict one another before their use): with many heads the inputs
@@ -121,9 +143,62 @@ LA_INLINE void add_pair(const la_head *h, float *f1, int64_t dkp)
         a21[0] = a2[0] * a1[0];
 }
 
+/* The coefficients of the quad of tokens 1..4 whose features start at f1
+ * (la_head.quad_tokens), from the state S before token 1. With a_j the
+ * decays and P_j = a_1 ... a_j (a diagonal, a scalar, or 1):
+ *   S_j = P_j S + sum_{l<=j} (P_j / P_l) kh_l v_l^T   (P_j / P_l = a_l+1 ... a_j)
+ *   o_j = S^T (P_j qh_j) + sum_{l<=j} (qh_j . (P_j / P_l) kh_l) v_l
+ * so one read-write pass over a tile sums S^T (P_j qh_j) for the four
+ * outputs and writes S_4 = P_4 S + sum_l (P_4 / P_l) kh_l v_l^T: 8 vector
+ * operations per element without a gate, 9 with one (pairs: 8 and 10),
+ * and one load and one store per four tokens. Row 3 of token j gets
+ * P_j qh_j and row 4 (P_4 / P_j) kh_j (rows 0-2 stay: the normaliser reads
+ * them); the quad's terms (add_quad_area) get w = P_4 (w[0] unless
+ * CHANNEL), then the ten coefficients c[j(j+1)/2 + l] = qh_j . (P_j / P_l)
+ * kh_l, j and l counted from 0. */
+LA_INLINE void add_quad(const la_head *h, float *f1, int64_t dkp, float *terms)
+{
+    const int64_t fs = ADD_ROWS * dkp;
+    const int channel = h->gate == LA_GATE_CHANNEL;
+    la_vf sums[10];
+    for (int e = 0; e < 10; e++)
+        sums[e] = vf_zero();
+    for (int64_t c = 0; c < dkp; c += LA_VW) {
+        la_vf a[4], q[4], k[4];
+        for (int j = 0; j < 4; j++) {
+            const float *fj = f1 + j * fs;
+            q[j] = vf_load(fj + c);
+            k[j] = vf_load(fj + dkp + c);
+            a[j] = channel ? vf_load(fj + 2 * dkp + c) : vf_set1(fj[2 * dkp]);
+        }
+        la_vf prefix = vf_set1(1.0f); /* P_j */
+        for (int j = 0; j < 4; j++) {
+            prefix = vf_mul(prefix, a[j]);
+            vf_store(f1 + j * fs + 3 * dkp + c, vf_mul(prefix, q[j]));
+            la_vf suffix = vf_set1(1.0f); /* P_4 / P_j */
+            for (int m = j + 1; m < 4; m++)
+                suffix = vf_mul(suffix, a[m]);
+            vf_store(f1 + j * fs + 4 * dkp + c, vf_mul(suffix, k[j]));
+            la_vf between = vf_set1(1.0f); /* P_j / P_l, l from j down */
+            for (int l = j; l >= 0; l--) {
+                la_vf *sum = &sums[j * (j + 1) / 2 + l];
+                *sum = vf_fma(q[j], vf_mul(between, k[l]), *sum);
+                between = vf_mul(between, a[l]);
+            }
+        }
+        if (channel)
+            vf_store(terms + c, prefix);
+    }
+    if (!channel) /* the four scalars multiplied as the rows' prefix was */
+        terms[0] = f1[2 * dkp] * f1[fs + 2 * dkp] * f1[2 * fs + 2 * dkp] * f1[3 * fs + 2 * dkp];
+    for (int e = 0; e < 10; e++)
+        terms[dkp + e] = vf_hsum(sums[e]);
+}
+
 static void additive_features(const la_head *h, int64_t t0, int64_t n, float *f)
 {
     const int64_t dkp = add_round_vw(h->dk), dvp = add_round_vw(h->dv);
+    float *const f0 = f;
     for (int64_t i = 0; i < n; i++, f += ADD_ROWS * dkp) {
         const int64_t t = t0 + i;
         float *a = f + 2 * dkp;
@@ -145,7 +220,11 @@ static void additive_features(const la_head *h, int64_t t0, int64_t n, float *f)
             const float g = h->gate == LA_GATE_TOKEN ? h->g[t * h->g_ts] : 0.0f;
             a[0] = g < LA_EXP_ZERO_BELOW ? 0.0f : h->gate == LA_GATE_TOKEN ? expf(g) : 1.0f;
         }
-        if (i % 2 == 1)
+        /* quads of whole groups of four, then pairs */
+        if (h->quad_tokens && i % 4 == 3)
+            add_quad(h, f - 3 * ADD_ROWS * dkp, dkp,
+                     add_quad_area(h, f0, n) + i / 4 * add_quad_stride(h));
+        else if (i % 2 == 1 && !(h->quad_tokens && i - i % 4 + 3 < n))
             add_pair(h, f - ADD_ROWS * dkp, dkp);
     }
     if (h->v_ts != h->dv) { /* rows apart: into the panel (f is past the features) */
@@ -266,6 +345,113 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const flo
 #undef DECAY
 }
 
+/* The first 4 quads tokens of a block (add_quad; their terms at quad) on
+ * nv <= LA_ADD_QUAD_NV vectors of columns, as add_tile_tokens does pairs:
+ * per quad one read-write pass sums S^T (P_j qh_j) for the four outputs
+ * and writes the state after the fourth token. */
+LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const float *v0,
+                              int64_t v_ts, float *o0, int64_t o_ts, const float *f,
+                              const float *quad, const float *inv, int64_t quads, int nv,
+                              int64_t wl, la_gate gate)
+{
+    const int64_t dk = h->dk, dkp = add_round_vw(dk), fs = ADD_ROWS * dkp;
+    const int64_t stride = add_quad_stride(h);
+    /* one array per token: GCC kept a [4][nv] array in memory */
+    la_vf v1[LA_ADD_QUAD_NV], v2[LA_ADD_QUAD_NV], v3[LA_ADD_QUAD_NV], v4[LA_ADD_QUAD_NV];
+    la_vf o1[LA_ADD_QUAD_NV], o2[LA_ADD_QUAD_NV], o3[LA_ADD_QUAD_NV], o4[LA_ADD_QUAD_NV];
+#define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
+#define ST(p, x, y)                                                                               \
+    ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
+    for (int64_t g = 0; g < quads; g++) {
+        const float *f1 = f + 4 * g * fs, *terms = quad + g * stride;
+        const float *qa1 = f1 + 3 * dkp, *qa2 = qa1 + fs, *qa3 = qa2 + fs, *qa4 = qa3 + fs;
+        const float *ka1 = f1 + 4 * dkp, *ka2 = ka1 + fs, *ka3 = ka2 + fs, *ka4 = ka3 + fs;
+        const float *vr = v0 + 4 * g * v_ts;
+        const la_vf wt = vf_set1(terms[0]);
+        for (int x = 0; x < nv; x++) {
+            v1[x] = LD(vr, x);
+            v2[x] = LD(vr + v_ts, x);
+            v3[x] = LD(vr + 2 * v_ts, x);
+            v4[x] = LD(vr + 3 * v_ts, x);
+            o1[x] = o2[x] = o3[x] = o4[x] = vf_zero();
+        }
+        for (int64_t c = 0; c < dk; c++) {
+            const la_vf q1 = vf_set1(qa1[c]), q2 = vf_set1(qa2[c]), q3 = vf_set1(qa3[c]),
+                        q4 = vf_set1(qa4[c]);
+            const la_vf k1 = vf_set1(ka1[c]), k2 = vf_set1(ka2[c]), k3 = vf_set1(ka3[c]),
+                        k4 = vf_set1(ka4[c]);
+            const la_vf wv = gate == LA_GATE_CHANNEL ? vf_set1(terms[c]) : wt;
+            float *sr = s + c * ld;
+            for (int x = 0; x < nv; x++) {
+                const la_vf old = LD(sr, x);
+                o1[x] = vf_fma(q1, old, o1[x]);
+                o2[x] = vf_fma(q2, old, o2[x]);
+                o3[x] = vf_fma(q3, old, o3[x]);
+                o4[x] = vf_fma(q4, old, o4[x]);
+                const la_vf y = gate == LA_GATE_NONE ? old : vf_mul(wv, old);
+                ST(sr, x,
+                   vf_fma(k4, v4[x], vf_fma(k3, v3[x], vf_fma(k2, v2[x], vf_fma(k1, v1[x], y)))));
+            }
+        }
+        /* o_j += sum_{l<=j} c_jl v_l, then the normaliser */
+        const float *cq = terms + dkp;
+        float *or = o0 + 4 * g * o_ts;
+        const float *iv = inv ? inv + 4 * g : NULL;
+        const la_vf i1 = vf_set1(iv ? iv[0] : 1.0f), i2 = vf_set1(iv ? iv[1] : 1.0f);
+        const la_vf i3 = vf_set1(iv ? iv[2] : 1.0f), i4 = vf_set1(iv ? iv[3] : 1.0f);
+#define C(e) vf_set1(cq[e])
+        for (int x = 0; x < nv; x++) {
+            ST(or, x, vf_mul(vf_fma(C(0), v1[x], o1[x]), i1));
+            ST(or + o_ts, x, vf_mul(vf_fma(C(2), v2[x], vf_fma(C(1), v1[x], o2[x])), i2));
+            ST(or + 2 * o_ts, x,
+               vf_mul(vf_fma(C(5), v3[x], vf_fma(C(4), v2[x], vf_fma(C(3), v1[x], o3[x]))), i3));
+            ST(or + 3 * o_ts, x,
+               vf_mul(vf_fma(C(9), v4[x],
+                             vf_fma(C(8), v3[x], vf_fma(C(7), v2[x], vf_fma(C(6), v1[x], o4[x])))),
+                      i4));
+        }
+#undef C
+    }
+#undef LD
+#undef ST
+}
+
+#define ADD_QUADS_PER_GATE(NV)                                                                    \
+    do {                                                                                          \
+        if (h->gate == LA_GATE_NONE)                                                              \
+            add_tile_quads(h, sx, ld, vx, v_ts, ox, o_ts, f, quad, inv, quads, NV, LA_VW,         \
+                           LA_GATE_NONE);                                                         \
+        else if (h->gate == LA_GATE_TOKEN)                                                        \
+            add_tile_quads(h, sx, ld, vx, v_ts, ox, o_ts, f, quad, inv, quads, NV, LA_VW,         \
+                           LA_GATE_TOKEN);                                                        \
+        else                                                                                      \
+            add_tile_quads(h, sx, ld, vx, v_ts, ox, o_ts, f, quad, inv, quads, NV, LA_VW,         \
+                           LA_GATE_CHANNEL);                                                      \
+    } while (0)
+
+/* The quads of a block on sub-tiles of LA_ADD_QUAD_NV vectors of a tile of
+ * nv (the last wl lanes wide), each sub-tile through all of them. */
+static void add_quads_dispatch(const la_head *h, float *s, int64_t ld, const float *v,
+                               int64_t v_ts, float *o, int64_t o_ts, const float *f,
+                               const float *quad, const float *inv, int64_t quads, int nv,
+                               int64_t wl)
+{
+    for (int x0 = 0; x0 < nv; x0 += LA_ADD_QUAD_NV) {
+        const int k = nv - x0 < LA_ADD_QUAD_NV ? nv - x0 : LA_ADD_QUAD_NV;
+        const int64_t kwl = x0 + k == nv ? wl : LA_VW;
+        float *sx = s + x0 * LA_VW, *ox = o + x0 * LA_VW;
+        const float *vx = v + x0 * LA_VW;
+#define ADD_QUADS(kk)                                                                             \
+    add_tile_quads(h, sx, ld, vx, v_ts, ox, o_ts, f, quad, inv, quads, kk, kwl, h->gate)
+        if (kwl == LA_VW && k == LA_ADD_QUAD_NV)
+            ADD_QUADS_PER_GATE(LA_ADD_QUAD_NV);
+        else
+            LA_TILE_SWITCH(k, LA_ADD_QUAD_NV, ADD_QUADS);
+#undef ADD_QUADS
+    }
+}
+#undef ADD_QUADS_PER_GATE
+
 /* columns' packed copy (pack.h), in register tiles. */
 static size_t additive_packed_bytes(int64_t dk, int64_t nj)
 {
@@ -293,6 +479,8 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
     const float *vp = direct_v ? h->v + t0 * h->dv : panel;
     float *op = direct_o ? h->o + t0 * h->dv : panel + n * dvp;
     const int64_t vs = direct_v ? h->dv : dvp, os = direct_o ? h->dv : dvp;
+    const float *quad = add_quad_area(h, f, n);
+    const int64_t quads = h->quad_tokens ? n / 4 : 0;
     /* the next block's o rows, only this unit's columns: another thread
      * may be writing the rest of them */
     for (int64_t t = t0 + n; t < t0 + 2 * n && t < h->T; t++)
@@ -307,13 +495,21 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
         float *o = op + jb;
         const int64_t ld = h->s_packed ? ADD_PACK_LD : h->dv;
         const float *v = vp + jb;
+        if (quads) /* then the tokens after them in pairs */
+            add_quads_dispatch(h, s, ld, v, vs, o, os, f, quad, inv, quads, nv, wl);
+        const int64_t done = 4 * quads, rest = n - done;
+        if (rest == 0)
+            continue;
+        const float *fr = f + done * ADD_ROWS * add_round_vw(h->dk), *ir = inv ? inv + done : NULL;
+        v += done * vs;
+        o += done * os;
         /* a constant nv per call site keeps the tile's v and o in registers;
          * whole tiles also get a constant last width (no masked accesses) */
         if (nv == LA_ADD_NV && wl == LA_VW) {
-            add_tile_tokens(h, s, ld, v, vs, o, os, f, inv, n, LA_ADD_NV, LA_VW);
+            add_tile_tokens(h, s, ld, v, vs, o, os, fr, ir, rest, LA_ADD_NV, LA_VW);
             continue;
         }
-#define ADD_TOKENS(k) add_tile_tokens(h, s, ld, v, vs, o, os, f, inv, n, k, wl)
+#define ADD_TOKENS(k) add_tile_tokens(h, s, ld, v, vs, o, os, fr, ir, rest, k, wl)
         LA_TILE_SWITCH(nv, LA_ADD_NV, ADD_TOKENS);
 #undef ADD_TOKENS
     }

@@ -54,6 +54,9 @@ typedef struct la_head {
     /* delta recurrent only, float K-first state: tokens go through the
      * tile two at a time (la_tuning.delta_pair_from_T) */
     int pair_tokens;
+    /* additive value-tiled recurrent only: tokens go through the tile four
+     * at a time (la_tuning.additive_quad_from_T) */
+    int quad_tokens;
     float scale; /* finite */
     float eps;   /* additive: finite, >= 0 */
     linattn_phi phi; /* the stage has applied it (IDENTITY) when it made q/k panels */

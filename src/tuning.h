@@ -57,6 +57,13 @@ typedef struct la_tuning {
      * only); LA_TUNE_NEVER: one at a time. Decode steps, and the steps of a
      * call's snapshots, go one at a time always. */
     int64_t delta_pair_from_T[LA_GATES];
+    /* The additive family's value-tiled recurrent forward takes its tokens
+     * four at a time (else two at a time) in calls of at least
+     * additive_quad_from_T[gate] tokens (additive_kernels.h, add_quad: one
+     * read-write pass over a tile per four tokens; the sums are regrouped,
+     * so results differ from pairs in rounding only); LA_TUNE_NEVER: in
+     * pairs. */
+    int64_t additive_quad_from_T[LA_GATES];
 } la_tuning;
 
 /* The delta family's algorithm on every table so far, measured on Zen 4

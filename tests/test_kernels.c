@@ -559,6 +559,71 @@ START_TEST(packed_state_same_bits)
 }
 END_TEST
 
+/* Tokens four at a time (tuning.h: additive_quad_from_T), forced on every
+ * table whatever this CPU's entry says, against the double oracle: T
+ * leaving 0-3 tokens after the quads of a block (pairs and a last token),
+ * dk and dv below, at and above the vector and the tiles, every gate with
+ * mild, strong and mixed decay, with and without the normaliser, a
+ * carried state; and the same bits on the packed copy as on the state
+ * where it lies, and for 1 and 3 threads. */
+START_TEST(quad_sweeps_match_oracle)
+{
+    la_tuning quads = *la_active_kernels()->additive_tuning, packed = quads;
+    for (int g = 0; g < LA_GATES; g++)
+        quads.additive_quad_from_T[g] = packed.additive_quad_from_T[g] = 4;
+    quads.additive_pack_from_T = LA_TUNE_NEVER;
+    packed.additive_pack_from_T = 1;
+    static const int64_t shapes[][5] = {
+        /* B, H, T, dk, dv */
+        {1, 2, 4, 5, 1},      {2, 3, 7, 17, 15},  {1, 2, 66, 64, 100},
+        {1, 1, 41, 128, 130}, {1, 3, 70, 16, 80}, {2, 2, 5, 33, 64},
+    };
+    static const float g_ranges[][2] = {{-1, 0}, {-20, -20}, {-30, 0}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (size_t gr = 0; gr < (gate == LINATTN_GATE_NONE ? 1 : 3); gr++) {
+                const int64_t B = shapes[sh][0], H = shapes[sh][1], T = shapes[sh][2];
+                const int64_t dk = shapes[sh][3], dv = shapes[sh][4];
+                spec sp = spec_default(B, H, T, dk, dv);
+                sp.gate = (linattn_gate)gate;
+                sp.algo = LINATTN_ALGO_RECURRENT;
+                sp.with_state = 1;
+                sp.normalize = (int)(sh % 2);
+                sp.g_lo = g_ranges[gr][0], sp.g_hi = g_ranges[gr][1];
+                problem p;
+                problem_make(&p, &sp);
+                const size_t no = (size_t)(B * H * T * dv), ns = (size_t)(B * H * dk * dv);
+                const size_t nz = (size_t)(B * H * dk);
+                la_force_table_tuning(table, &quads, NULL);
+                ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+                ck_assert_msg(problem_error(&p) <= 1.0, "quad sweeps: %s", spec_name(&sp));
+                float *o1 = malloc(no * sizeof(float)), *s1 = malloc(ns * sizeof(float));
+                float *z1 = malloc(nz * sizeof(float));
+                ck_assert(o1 && s1 && z1);
+                memcpy(o1, p.o, no * sizeof(float));
+                memcpy(s1, p.s, ns * sizeof(float));
+                memcpy(z1, p.z, nz * sizeof(float));
+                for (int run = 0; run < 2; run++) {
+                    memcpy(p.s, p.s_init, ns * sizeof(float));
+                    memcpy(p.z, p.z_init, nz * sizeof(float));
+                    p.cfg.num_threads = run ? 3 : 1;
+                    la_force_table_tuning(table, run ? &quads : &packed, NULL);
+                    ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+                    ck_assert_msg(memcmp(o1, p.o, no * sizeof(float)) == 0 &&
+                                      memcmp(s1, p.s, ns * sizeof(float)) == 0 &&
+                                      memcmp(z1, p.z, nz * sizeof(float)) == 0,
+                                  "quad sweeps give other bits %s (%s)",
+                                  run ? "on 3 threads" : "on the packed copy", spec_name(&sp));
+                }
+                free(o1);
+                free(s1);
+                free(z1);
+                problem_free(&p);
+            }
+    la_force_table(table);
+}
+END_TEST
+
 /* qk_l2norm normalises the q and k rows of a block or chunk just before the
  * ops read them. A sequence of many blocks and chunks, fed in two calls that
  * carry the state (split inside a block), gives the same bits on 1, 2 and 3
@@ -676,6 +741,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, chunked_matches_recurrent);
     tcase_add_test(oracle, threads_bitwise_equal);
     tcase_add_test(oracle, packed_state_same_bits);
+    tcase_add_test(oracle, quad_sweeps_match_oracle);
     tcase_add_test(oracle, l2norm_blocks_threads_and_calls);
     tcase_add_test(oracle, nan_propagates_only_forward);
     suite_add_tcase(s, oracle);

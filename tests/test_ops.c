@@ -984,6 +984,10 @@ START_TEST(tuning_entries)
                 ck_assert_msg(u->additive_chunked_above_dk[g] >= 0 &&
                                   u->delta_chunked_above_dk[g] >= 0,
                               "table %s entry %d gate %d: negative threshold", t->name, e, g);
+                ck_assert_msg(u->additive_quad_from_T[g] >= 4,
+                              "table %s entry %d gate %d: quads from fewer than 4 tokens (left "
+                              "out of the entry?)",
+                              t->name, e, g);
                 ck_assert_msg(u->delta_pair_from_T[g] >= 2,
                               "table %s entry %d gate %d: pairs from fewer than 2 tokens (left "
                               "out of the entry?)",

@@ -220,7 +220,8 @@ static size_t pack_bytes_avx2(int64_t chunk, int64_t dk, int64_t dv)
  * The same entry otherwise (the table runs there only when forced). */
 #define LA_AVX2_TUNING_ZEN4                                                                       \
     .additive_chunked_above_dk = {128, 128, 128}, .additive_chunk = {{30, 24, 24}, {30, 24, 24}}, \
-    LA_DELTA_TUNING_ZEN4, .delta_pack_from_T = 32, .additive_pack_from_T = LA_TUNE_NEVER
+    LA_DELTA_TUNING_ZEN4, .delta_pack_from_T = 32, .additive_pack_from_T = LA_TUNE_NEVER,         \
+    .additive_quad_from_T = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER}
 static const la_tuning tuning_avx2[] = {
     {
         .uarch = LA_UARCH_ZEN4,

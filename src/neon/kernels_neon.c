@@ -157,6 +157,7 @@ static const la_tuning tuning_neon[] = {
         .delta_pack_from_T = LA_TUNE_NEVER,
         .delta_pair_from_T = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
         .additive_pack_from_T = LA_TUNE_NEVER,
+        .additive_quad_from_T = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
     },
 };
 
@@ -568,6 +569,7 @@ static void forward_noncausal_neon(const la_head *h)
 
 /* The value-tiled recurrent forward, written once for every ISA. */
 #define LA_ADD_NV 4
+#define LA_ADD_QUAD_NV 2 /* quads: 16 accumulators, 9 broadcasts */
 #include "../additive_kernels.h"
 
 static const la_additive_ops additive_neon = {

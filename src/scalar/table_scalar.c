@@ -22,6 +22,7 @@ static const la_tuning tuning_scalar[] = {
         .delta_pack_from_T = LA_TUNE_NEVER,
         .delta_pair_from_T = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
         .additive_pack_from_T = LA_TUNE_NEVER,
+        .additive_quad_from_T = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
     },
 };
 

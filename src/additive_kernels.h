@@ -24,7 +24,7 @@
 #ifndef LA_ADD_NV
 #error "define LA_ADD_NV (and include an ISA vocabulary) before additive_kernels.h"
 #endif
-/* Vectors per register tile of a quad sweep (add_tile_tokens: eight
+/* Vectors per register tile of a quad sweep (add_tile_quads: eight
  * accumulators a vector); an integer literal, at most LA_ADD_NV. */
 #ifndef LA_ADD_QUAD_NV
 #define LA_ADD_QUAD_NV 1
@@ -345,7 +345,7 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const flo
 #undef DECAY
 }
 
-/* The first 4 quads tokens of a block (add_quad; their terms at quad) on
+/* The first 4 * quads tokens of a block (add_quad; their terms at quad) on
  * nv <= LA_ADD_QUAD_NV vectors of columns, as add_tile_tokens does pairs:
  * per quad one read-write pass sums S^T (P_j qh_j) for the four outputs
  * and writes the state after the fourth token. */
@@ -395,17 +395,17 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
         }
         /* o_j += sum_{l<=j} c_jl v_l, then the normaliser */
         const float *cq = terms + dkp;
-        float *or = o0 + 4 * g * o_ts;
+        float *orow = o0 + 4 * g * o_ts;
         const float *iv = inv ? inv + 4 * g : NULL;
         const la_vf i1 = vf_set1(iv ? iv[0] : 1.0f), i2 = vf_set1(iv ? iv[1] : 1.0f);
         const la_vf i3 = vf_set1(iv ? iv[2] : 1.0f), i4 = vf_set1(iv ? iv[3] : 1.0f);
 #define C(e) vf_set1(cq[e])
         for (int x = 0; x < nv; x++) {
-            ST(or, x, vf_mul(vf_fma(C(0), v1[x], o1[x]), i1));
-            ST(or + o_ts, x, vf_mul(vf_fma(C(2), v2[x], vf_fma(C(1), v1[x], o2[x])), i2));
-            ST(or + 2 * o_ts, x,
+            ST(orow, x, vf_mul(vf_fma(C(0), v1[x], o1[x]), i1));
+            ST(orow + o_ts, x, vf_mul(vf_fma(C(2), v2[x], vf_fma(C(1), v1[x], o2[x])), i2));
+            ST(orow + 2 * o_ts, x,
                vf_mul(vf_fma(C(5), v3[x], vf_fma(C(4), v2[x], vf_fma(C(3), v1[x], o3[x]))), i3));
-            ST(or + 3 * o_ts, x,
+            ST(orow + 3 * o_ts, x,
                vf_mul(vf_fma(C(9), v4[x],
                              vf_fma(C(8), v3[x], vf_fma(C(7), v2[x], vf_fma(C(6), v1[x], o4[x])))),
                       i4));

@@ -416,18 +416,9 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
 #undef ST
 }
 
-#define ADD_QUADS_PER_GATE(NV)                                                                    \
-    do {                                                                                          \
-        if (h->gate == LA_GATE_NONE)                                                              \
-            add_tile_quads(h, sx, ld, vx, v_ts, ox, o_ts, f, quad, inv, quads, NV, LA_VW,         \
-                           LA_GATE_NONE);                                                         \
-        else if (h->gate == LA_GATE_TOKEN)                                                        \
-            add_tile_quads(h, sx, ld, vx, v_ts, ox, o_ts, f, quad, inv, quads, NV, LA_VW,         \
-                           LA_GATE_TOKEN);                                                        \
-        else                                                                                      \
-            add_tile_quads(h, sx, ld, vx, v_ts, ox, o_ts, f, quad, inv, quads, NV, LA_VW,         \
-                           LA_GATE_CHANNEL);                                                      \
-    } while (0)
+/* (whole sub-tiles, per gate: LA_PER_GATE) */
+#define ADD_QUADS_WHOLE(g, NV)                                                                    \
+    add_tile_quads(h, sx, ld, vx, v_ts, ox, o_ts, f, quad, inv, quads, NV, LA_VW, g)
 
 /* The quads of a block on sub-tiles of LA_ADD_QUAD_NV vectors of a tile of
  * nv (the last wl lanes wide), each sub-tile through all of them. */
@@ -444,13 +435,13 @@ static void add_quads_dispatch(const la_head *h, float *s, int64_t ld, const flo
 #define ADD_QUADS(kk)                                                                             \
     add_tile_quads(h, sx, ld, vx, v_ts, ox, o_ts, f, quad, inv, quads, kk, kwl, h->gate)
         if (kwl == LA_VW && k == LA_ADD_QUAD_NV)
-            ADD_QUADS_PER_GATE(LA_ADD_QUAD_NV);
+            LA_PER_GATE(h->gate, ADD_QUADS_WHOLE, LA_ADD_QUAD_NV);
         else
             LA_TILE_SWITCH(k, LA_ADD_QUAD_NV, ADD_QUADS);
 #undef ADD_QUADS
     }
 }
-#undef ADD_QUADS_PER_GATE
+#undef ADD_QUADS_WHOLE
 
 /* columns' packed copy (pack.h), in register tiles. */
 static size_t additive_packed_bytes(int64_t dk, int64_t nj)

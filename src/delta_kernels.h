@@ -378,27 +378,10 @@ LA_INLINE void delta_tile_whole(const la_head *h, void *s, int64_t ld, const flo
     delta_tile_tokens(h, s, ld, v, o, f, dkp, t0, n, nv, LA_VW, gate, bf16);
 }
 
-#define DELTA_WHOLE_PER_GATE(NV)                                                                  \
-    do {                                                                                          \
-        if (h->gate == LA_GATE_NONE)                                                              \
-            delta_tile_whole(h, s, ld, v, o, f, dkp, t0, n, NV, LA_GATE_NONE, bf16);              \
-        else if (h->gate == LA_GATE_TOKEN)                                                        \
-            delta_tile_whole(h, s, ld, v, o, f, dkp, t0, n, NV, LA_GATE_TOKEN, bf16);             \
-        else                                                                                      \
-            delta_tile_whole(h, s, ld, v, o, f, dkp, t0, n, NV, LA_GATE_CHANNEL, bf16);           \
-    } while (0)
-
-#define DELTA_PAIRS_PER_GATE(NV)                                                                  \
-    do {                                                                                          \
-        if (h->gate == LA_GATE_NONE)                                                              \
-            delta_tile_pairs(h, sx, ld, vx, ox, f, pair, dkp, t0, even, NV, LA_VW, LA_GATE_NONE); \
-        else if (h->gate == LA_GATE_TOKEN)                                                        \
-            delta_tile_pairs(h, sx, ld, vx, ox, f, pair, dkp, t0, even, NV, LA_VW,                \
-                             LA_GATE_TOKEN);                                                      \
-        else                                                                                      \
-            delta_tile_pairs(h, sx, ld, vx, ox, f, pair, dkp, t0, even, NV, LA_VW,                \
-                             LA_GATE_CHANNEL);                                                    \
-    } while (0)
+/* (whole tiles, per gate: LA_PER_GATE) */
+#define DELTA_WHOLE(g, NV) delta_tile_whole(h, s, ld, v, o, f, dkp, t0, n, NV, g, bf16)
+#define DELTA_PAIRS_WHOLE(g, NV)                                                                  \
+    delta_tile_pairs(h, sx, ld, vx, ox, f, pair, dkp, t0, even, NV, LA_VW, g)
 
 /* The pairs of a block's tokens (pair: its pair terms) on sub-tiles of
  * LA_DELTA_PAIR_NV vectors of a float tile, each sub-tile through all of
@@ -417,13 +400,13 @@ static void delta_pairs_dispatch(const la_head *h, float *s, int64_t ld, const f
 #define DELTA_PAIRS(kk)                                                                           \
     delta_tile_pairs(h, sx, ld, vx, ox, f, pair, dkp, t0, even, kk, kwl, h->gate)
         if (kwl == LA_VW && k == LA_DELTA_PAIR_NV)
-            DELTA_PAIRS_PER_GATE(LA_DELTA_PAIR_NV);
+            LA_PER_GATE(h->gate, DELTA_PAIRS_WHOLE, LA_DELTA_PAIR_NV);
         else
             LA_TILE_SWITCH(k, LA_DELTA_PAIR_NV, DELTA_PAIRS);
 #undef DELTA_PAIRS
     }
 }
-#undef DELTA_PAIRS_PER_GATE
+#undef DELTA_PAIRS_WHOLE
 
 /* One sweep function per gate and state type for whole tiles (of the
  * table's width, and of its packed width); ragged ones (dv not a multiple
@@ -445,16 +428,16 @@ static void delta_tile_dispatch(const la_head *h, void *s, int64_t ld, const flo
     }
 #define DELTA_TOKENS(k) delta_tile_tokens(h, s, ld, v, o, f, dkp, t0, n, k, wl, h->gate, bf16)
     if (wl == LA_VW && nv == LA_DELTA_NV)
-        DELTA_WHOLE_PER_GATE(LA_DELTA_NV);
+        LA_PER_GATE(h->gate, DELTA_WHOLE, LA_DELTA_NV);
 #if LA_DELTA_PACK_NV != LA_DELTA_NV
     else if (wl == LA_VW && nv == LA_DELTA_PACK_NV && !bf16)
-        DELTA_WHOLE_PER_GATE(LA_DELTA_PACK_NV);
+        LA_PER_GATE(h->gate, DELTA_WHOLE, LA_DELTA_PACK_NV);
 #endif
     else
         LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_TOKENS);
 #undef DELTA_TOKENS
 }
-#undef DELTA_WHOLE_PER_GATE
+#undef DELTA_WHOLE
 
 /* A one-token call on a float K-first state sweeps tiles of
  * h->step_columns (whole vectors, at most the table's tile), each sweep

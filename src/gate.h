@@ -7,6 +7,20 @@
  * of 0, so only three kinds reach a kernel. */
 typedef enum { LA_GATE_NONE = 0, LA_GATE_TOKEN, LA_GATE_CHANNEL } la_gate;
 
+/* CALL(g, arg) with g the constant la_gate equal to gate: a kernel's sweep
+ * inlined once per gate, so that the gate is a constant inside it (GCC did
+ * not unswitch a sweep on a gate it reads, and kept the tests, a jump and
+ * a spilled vector in the loop). */
+#define LA_PER_GATE(gate, CALL, arg)                                                              \
+    do {                                                                                          \
+        if ((gate) == LA_GATE_NONE)                                                               \
+            CALL(LA_GATE_NONE, arg);                                                              \
+        else if ((gate) == LA_GATE_TOKEN)                                                         \
+            CALL(LA_GATE_TOKEN, arg);                                                             \
+        else                                                                                      \
+            CALL(LA_GATE_CHANNEL, arg);                                                           \
+    } while (0)
+
 /* A log-decay below LA_G_RESET is a full reset of the state (e^-100 is 0 in
  * float). Kernels clamp every g they read to it before summing: prefix sums
  * of a chunk then stay within 100 * chunk, where the small decays that

@@ -53,6 +53,8 @@ uint64_t test_seed(void); /* from LINATTN_TEST_SEED, else time; printed once */
 float rand_uniform(float lo, float hi);
 
 float *guarded_floats(problem *p, size_t n, int unaligned);
+/* A malloc'd copy of n floats (aborts when out of memory); free it. */
+float *copy_floats(const float *x, size_t n);
 void problem_make(problem *p, const spec *sp);
 void problem_free(problem *p);
 linattn_status problem_forward(problem *p);

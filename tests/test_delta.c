@@ -860,14 +860,6 @@ END_TEST
 
 /* ---- the packed working copy (tuning.h: delta_pack_from_T) ------------------ */
 
-static float *copy_floats(const float *x, size_t n)
-{
-    float *y = malloc(n * sizeof(float));
-    ck_assert_ptr_nonnull(y);
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
-
 /* The recurrent forward on the kernels' packed copy of the state gives the
  * same bits as on the state where it lies, whatever this CPU's tuning
  * entry says: both choices are forced here. */

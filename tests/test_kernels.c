@@ -597,12 +597,8 @@ START_TEST(quad_sweeps_match_oracle)
                 la_force_table_tuning(table, &quads, NULL);
                 ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
                 ck_assert_msg(problem_error(&p) <= 1.0, "quad sweeps: %s", spec_name(&sp));
-                float *o1 = malloc(no * sizeof(float)), *s1 = malloc(ns * sizeof(float));
-                float *z1 = malloc(nz * sizeof(float));
-                ck_assert(o1 && s1 && z1);
-                memcpy(o1, p.o, no * sizeof(float));
-                memcpy(s1, p.s, ns * sizeof(float));
-                memcpy(z1, p.z, nz * sizeof(float));
+                float *o1 = copy_floats(p.o, no), *s1 = copy_floats(p.s, ns);
+                float *z1 = copy_floats(p.z, nz);
                 for (int run = 0; run < 2; run++) {
                     memcpy(p.s, p.s_init, ns * sizeof(float));
                     memcpy(p.z, p.z_init, nz * sizeof(float));

@@ -160,6 +160,12 @@ static double unit_roundoff(linattn_dtype t)
     return t == LINATTN_BF16 ? 0x1p-8 : t == LINATTN_F16 ? 0x1p-11 : 0.0;
 }
 
+/* the absolute error of a rounding to t below its normal range: half the
+ * spacing of its subnormals (float16: 2^-24 apart, below 2^-14, where the
+ * relative bound above does not hold; bfloat16's, at float's range, are
+ * within the checks' 1e-37) */
+static double subnormal_roundoff(linattn_dtype t) { return t == LINATTN_F16 ? 0x1p-25 : 0.0; }
+
 static float special(void)
 {
     static const float s[] = {0.0f,      -0.0f,   FLT_MIN, -FLT_MIN, FLT_TRUE_MIN, FLT_MAX,
@@ -903,8 +909,10 @@ static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, cons
         /* gates from raw projections: a few ulps of each log-decay more */
         const double gamma = (delta ? 64 : 16) * (double)(T + dk + dv + 16) * u +
                              (c->gate_act ? 20 : 4) * u * out.gate_sum;
-        /* a 16-bit o or state: one more rounding, relative */
+        /* a 16-bit o or state: one more rounding, relative (absolute for
+         * float16 subnormals) */
         const double uo = unit_roundoff(c->dt[BO]), us = unit_roundoff(c->dt[BS]);
+        const double ao = subnormal_roundoff(c->dt[BO]), as = subnormal_roundoff(c->dt[BS]);
         for (int64_t t = 0; t < T; t++)
             for (int64_t j = 0; j < dv; j++) {
                 const float got = read_typed(c->dt[BO], c->ptr[BO],
@@ -922,7 +930,7 @@ static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, cons
                 }
                 if (fabs(ref) > 1e30)
                     continue;
-                tol = tol * (1 + uo) + uo * fabs(ref);
+                tol = tol * (1 + uo) + uo * fabs(ref) + ao;
                 if (!(fabs((double)got - ref) <= tol + 1e-37)) {
                     char where[96];
                     snprintf(where, sizeof where, "o[b=%lld,h=%lld,t=%lld,%lld]", (long long)b,
@@ -934,7 +942,7 @@ static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, cons
         if (state_written) {
             for (int64_t i = 0; i < dk * dv; i++) {
                 const double tol = 2 * (gamma * rs[i].a + rs[i].m + out.flush_o) * (1 + us) +
-                                   us * fabs(rs[i].v) + 1e-37;
+                                   us * fabs(rs[i].v) + as + 1e-37;
                 const float got = read_typed(c->dt[BS], c->ptr[BS], s_at + i);
                 if (!(fabs((double)got - rs[i].v) <= tol)) {
                     char where[96];

@@ -56,6 +56,12 @@
 #define LA_DELTA_PAIR_NV LA_DELTA_NV
 #endif
 
+/* A pair sweep under a TOKEN gate keeps the tile as the state divided by
+ * the decays so far (delta_tile_pairs) while their product stays at or
+ * above this (2^-20): the stored tile is then at most 2^20 times the
+ * state. */
+#define DELTA_SCALED_MIN 0x1p-20f
+
 /* Packed rows DELTA_PACK_LD floats apart: not padded. On the Xeon a pad
  * of 16 floats (pack.h) measured -5% to +7% by gate in one run, and level
  * or slower in a second (3 interleaved rounds, fraction of the zmm peak,
@@ -266,7 +272,17 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
  * second and sums it for the next pair's S^T kn and S^T kb. The state is
  * loaded and stored once per two tokens, and a pair executes 6 FP
  * operations per element without a gate and 7 with one (8 one token at a
- * time), with six accumulators per vector (LA_DELTA_PAIR_NV vectors). */
+ * time), with six accumulators per vector (LA_DELTA_PAIR_NV vectors).
+ *
+ * Under a TOKEN gate the decay is one number per pair, so it need not
+ * touch the tile: the tile may hold the state divided by d, the product of
+ * the decays since the tile was last decayed. A pair that keeps d >=
+ * DELTA_SCALED_MIN adds its rank-one terms divided by its new d (u and u1
+ * scaled once per vector) with the 6 operations of the ungated pass, and
+ * its sums and outputs take d as a factor; a pair that would not, and the
+ * last pair of the call, decays the tile by its decays times d, and d
+ * becomes 1 again. So the tile leaves every call as the state, and d
+ * depends on the gates alone: any column split gives the same bits. */
 LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const float *v0, float *o0,
                                 const float *f, const float *pair, int64_t dkp, int64_t t0,
                                 int64_t n, int nv, int64_t wl, la_gate gate)
@@ -290,6 +306,7 @@ LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const fl
             acc1[x] = vf_fma(old, kv1, acc1[x]);
         }
     }
+    float d = 1.0f; /* TOKEN: the state is d times the tile (above) */
     for (int64_t i = 0; i < n; i += 2) {
         const int64_t t = t0 + i;
         /* token i's rows as delta_pair_terms left them, token i+1's as made */
@@ -297,36 +314,45 @@ LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const fl
         const float *qh1 = qa + fs, *kh1 = qh1 + dkp, *a1 = qh1 + 2 * dkp;
         const float *kn = i + 2 < n ? f + (i + 2) * fs + 3 * dkp : NULL;
         const float *kb = kn ? f + (i + 3) * fs + kb_row : NULL;
-        const la_vf at = vf_set1(gate == LA_GATE_TOKEN ? a[0] : 1.0f);
+        /* d after this pair: its decays times d, if the tile keeps them */
+        const float d_next = gate == LA_GATE_TOKEN ? w[0] * d : 1.0f;
+        const int scaled = gate == LA_GATE_TOKEN && kn && d_next >= DELTA_SCALED_MIN;
+        /* the sums of the last pass times d are the state's */
+        const la_vf at = vf_set1(gate == LA_GATE_TOKEN ? a[0] * d : 1.0f);
         const la_vf at1 = vf_set1(gate == LA_GATE_TOKEN ? a1[0] : 1.0f);
-        const la_vf wt = vf_set1(gate == LA_GATE_TOKEN ? w[0] : 1.0f);
+        const la_vf wt = vf_set1(gate == LA_GATE_TOKEN ? w[0] * d : 1.0f);
         const la_vf bv = vf_set1(h->beta[t * beta_ts]), bv1 = vf_set1(h->beta[(t + 1) * beta_ts]);
-        const la_vf cv = vf_set1(pair[i]), ev = vf_set1(pair[i + 1]);
+        const la_vf cv = vf_set1(pair[i]);
+        const la_vf to_tile = vf_set1(scaled ? 1.0f / d_next : 1.0f);
         const float *v = v0 + t * v_ts, *v1 = v + v_ts;
         for (int x = 0; x < nv; x++) {
             const la_vf sum = gate == LA_GATE_TOKEN ? vf_mul(acc[x], at) : acc[x];
             u[x] = vf_mul(bv, vf_sub(LD(v, x), sum));
             /* the second token's S^T k: its decay times (the first's decay
              * times S^T kb, plus c u) */
-            const la_vf d = gate == LA_GATE_TOKEN
-                                ? vf_mul(at1, vf_fma(cv, u[x], vf_mul(at, acc1[x])))
-                                : vf_fma(cv, u[x], acc1[x]);
-            u1[x] = vf_mul(bv1, vf_sub(LD(v1, x), d));
+            const la_vf dk1 = gate == LA_GATE_TOKEN
+                                  ? vf_mul(at1, vf_fma(cv, u[x], vf_mul(at, acc1[x])))
+                                  : vf_fma(cv, u[x], acc1[x]);
+            u1[x] = vf_mul(bv1, vf_sub(LD(v1, x), dk1));
+            if (gate == LA_GATE_TOKEN) { /* the terms as the tile holds them */
+                u[x] = vf_mul(u[x], to_tile);
+                u1[x] = vf_mul(u1[x], to_tile);
+            }
             acc[x] = acc1[x] = out[x] = out1[x] = vf_zero();
         }
-#define PAIR_SWEEP(NEXT)                                                                          \
+        /* GATED: the pass decays the tile (wv); otherwise it only adds */
+#define PAIR_SWEEP(NEXT, GATED)                                                                   \
     for (int64_t c = 0; c < dk; c++) {                                                            \
         const la_vf qv = vf_set1(qa[c]), kv = vf_set1(kd[c]);                                     \
         const la_vf qv1 = vf_set1(qh1[c]), kv1 = vf_set1(kh1[c]);                                 \
-        const la_vf wv = gate == LA_GATE_CHANNEL ? vf_set1(w[c]) : wt;                           \
+        const la_vf wv = !GATED ? wt : gate == LA_GATE_CHANNEL ? vf_set1(w[c]) : wt;             \
         const la_vf nk = vf_set1(NEXT ? kn[c] : 0.0f), nk1 = vf_set1(NEXT ? kb[c] : 0.0f);        \
         float *row = s + c * ld;                                                                  \
         for (int x = 0; x < nv; x++) {                                                            \
             const la_vf old = LD(row, x);                                                         \
             out[x] = vf_fma(old, qv, out[x]);                                                     \
-            const la_vf y1 = gate == LA_GATE_NONE                                                 \
-                                 ? vf_fma(kv1, u1[x], vf_fma(kv, u[x], old))                      \
-                                 : vf_fma(wv, old, vf_fma(kv, u[x], vf_mul(kv1, u1[x])));         \
+            const la_vf y1 = !GATED ? vf_fma(kv1, u1[x], vf_fma(kv, u[x], old))                   \
+                                    : vf_fma(wv, old, vf_fma(kv, u[x], vf_mul(kv1, u1[x])));      \
             ST(row, x, y1);                                                                       \
             out1[x] = vf_fma(y1, qv1, out1[x]);                                                   \
             if (NEXT) {                                                                           \
@@ -335,17 +361,32 @@ LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const fl
             }                                                                                     \
         }                                                                                         \
     }
-        if (kn) {
-            PAIR_SWEEP(1)
+        const int gated = gate != LA_GATE_NONE && !scaled;
+        if (kn && gated) {
+            PAIR_SWEEP(1, 1)
+        } else if (kn) {
+            PAIR_SWEEP(1, 0)
+        } else if (gated) {
+            PAIR_SWEEP(0, 1)
         } else {
-            PAIR_SWEEP(0)
+            PAIR_SWEEP(0, 0)
         }
 #undef PAIR_SWEEP
+        /* outputs: the first reads the tile before the pass (times d), the
+         * second after it (times d_next where it kept the decays) */
+        const float d_out = scaled ? d_next : 1.0f;
+        const la_vf dv0 = vf_set1(d), dv1 = vf_set1(d_out), ev = vf_set1(pair[i + 1] * d_out);
         float *o = o0 + t * o_ts, *o1 = o + o_ts;
         for (int x = 0; x < nv; x++) {
-            ST(o, x, vf_fma(ev, u[x], out[x]));
-            ST(o1, x, out1[x]);
+            if (gate == LA_GATE_TOKEN) {
+                ST(o, x, vf_fma(ev, u[x], vf_mul(dv0, out[x])));
+                ST(o1, x, vf_mul(dv1, out1[x]));
+            } else {
+                ST(o, x, vf_fma(ev, u[x], out[x]));
+                ST(o1, x, out1[x]);
+            }
         }
+        d = d_out;
     }
 #undef LD
 #undef ST

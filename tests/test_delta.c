@@ -1052,9 +1052,11 @@ END_TEST
 /* Tokens two at a time, forced on every table whatever this CPU's entry
  * says, against the double oracle: odd and even T (a last token alone, a
  * pair split over feature blocks of 32), dk and dv below, at and above the
- * vector and the tiles, every gate, strong and mixed decay, beta up to 2,
- * a carried state; and the same bits on the packed copy as where the state
- * lies, and for 1 and 3 threads. */
+ * vector and the tiles, every gate, strong and mixed decay, decays whose
+ * product crosses DELTA_SCALED_MIN inside a block (a token gate's scaled
+ * tile decayed mid-block), beta up to 2, a carried state; and the same
+ * bits on the packed copy as where the state lies, and for 1 and 3
+ * threads. */
 START_TEST(pair_sweeps_match_oracle)
 {
     la_tuning pairs = *la_active_kernels()->delta_tuning, packed = pairs;
@@ -1067,10 +1069,12 @@ START_TEST(pair_sweeps_match_oracle)
         {1, 2, 2, 2, 5, 1},    {2, 3, 3, 3, 17, 15},   {1, 2, 1, 33, 64, 100},
         {1, 1, 1, 65, 128, 130}, {1, 4, 2, 100, 33, 64}, {2, 2, 2, 64, 16, 48},
     };
-    static const float g_ranges[][2] = {{1, 0} /* the gate's default */, {-20, -20}, {-30, 0}};
+    static const float g_ranges[][2] = {
+        {1, 0} /* the gate's default */, {-20, -20}, {-30, 0}, {-1.5f, -0.5f}};
+    const size_t n_ranges = sizeof g_ranges / sizeof g_ranges[0];
     for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
         for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
-            for (size_t gr = 0; gr < (gate == LINATTN_GATE_NONE ? 1 : 3); gr++) {
+            for (size_t gr = 0; gr < (gate == LINATTN_GATE_NONE ? 1 : n_ranges); gr++) {
                 dspec sp = dspec_default(shapes[sh][0], shapes[sh][1], shapes[sh][3],
                                          shapes[sh][4], shapes[sh][5]);
                 sp.qk_heads = shapes[sh][2];

@@ -427,6 +427,38 @@ START_TEST(decay_factor_named)
 }
 END_TEST
 
+/* The gate values are checked on the call's threads when g is large (a
+ * channel gate): the message still names the first bad value in (b, h, t,
+ * c) order, the same for any thread count, and nothing is written. */
+START_TEST(gate_check_on_threads_names_first)
+{
+    enum { GB = 2, GH = 4, GT = 256, GDK = 64, GDV = 8 }; /* g: 512 KiB */
+    static const int threads[] = {1, 3, 4};
+    for (size_t n = 0; n < sizeof threads / sizeof threads[0]; n++)
+        for (int which = 0; which < 2; which++) {
+            spec sp = spec_default(GB, GH, GT, GDK, GDV);
+            sp.gate = LINATTN_GATE_CHANNEL;
+            sp.with_state = 1;
+            sp.threads = threads[n];
+            guarded_call c;
+            problem_make(&c.p, &sp);
+            c.no = GB * GH * GT * GDV, c.ns = GB * GH * GDK * GDV, c.nz = GB * GH * GDK;
+            c.o_copy = snapshot(c.p.o, c.no);
+            c.s_copy = snapshot(c.p.s, c.ns);
+            c.z_copy = snapshot(c.p.z, c.nz);
+            /* a bad value in a later head, and (which = 1) one in an earlier
+             * head at a later token, which is then the one to name */
+            c.p.g[((1 * GH + 2) * GT + 10) * GDK + 0] = NAN;
+            if (which)
+                c.p.g[((0 * GH + 3) * GT + 200) * GDK + 5] = 0.5f;
+            ck_assert_int_eq(problem_forward(&c.p), LINATTN_E_ARG);
+            check_untouched(&c, "bad gate on threads");
+            ck_assert_error_has(which ? "g[b=0,h=3,t=200,c=5] = 0.5" : "g[b=1,h=2,t=10,c=0] = nan");
+            bad_teardown(&c);
+        }
+}
+END_TEST
+
 /* A config never passed through linattn_config_init (stack garbage). */
 START_TEST(uninitialised_config_named)
 {
@@ -1420,6 +1452,7 @@ static Suite *api_suite(void)
     tcase_add_test(bad, step_requires_state);
     tcase_add_test(bad, inactive_isa_is_an_error);
     tcase_add_test(bad, decay_factor_named);
+    tcase_add_test(bad, gate_check_on_threads_names_first);
     tcase_add_test(bad, uninitialised_config_named);
     tcase_add_test(bad, last_error_is_thread_local);
     tcase_add_test(bad, interleaved_o_is_rejected);

@@ -163,6 +163,22 @@ LA_INLINE void add_quad(const la_head *h, float *f1, int64_t dkp, float *terms)
     la_vf sums[10];
     for (int e = 0; e < 10; e++)
         sums[e] = vf_zero();
+    if (h->gate == LA_GATE_NONE) { /* no decays: the sweep reads rows 0 and 1 */
+        for (int64_t c = 0; c < dkp; c += LA_VW) {
+            la_vf q[4], k[4];
+            for (int j = 0; j < 4; j++) {
+                q[j] = vf_load(f1 + j * fs + c);
+                k[j] = vf_load(f1 + j * fs + dkp + c);
+            }
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l <= j; l++)
+                    sums[j * (j + 1) / 2 + l] = vf_fma(q[j], k[l], sums[j * (j + 1) / 2 + l]);
+        }
+        terms[0] = 1.0f;
+        for (int e = 0; e < 10; e++)
+            terms[dkp + e] = vf_hsum(sums[e]);
+        return;
+    }
     for (int64_t c = 0; c < dkp; c += LA_VW) {
         la_vf a[4], q[4], k[4];
         for (int j = 0; j < 4; j++) {
@@ -364,8 +380,11 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
     ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
     for (int64_t g = 0; g < quads; g++) {
         const float *f1 = f + 4 * g * fs, *terms = quad + g * stride;
-        const float *qa1 = f1 + 3 * dkp, *qa2 = qa1 + fs, *qa3 = qa2 + fs, *qa4 = qa3 + fs;
-        const float *ka1 = f1 + 4 * dkp, *ka2 = ka1 + fs, *ka3 = ka2 + fs, *ka4 = ka3 + fs;
+        /* (without a gate add_quad leaves qh and kh as they are) */
+        const float *qa1 = f1 + (gate == LA_GATE_NONE ? 0 : 3 * dkp), *qa2 = qa1 + fs,
+                    *qa3 = qa2 + fs, *qa4 = qa3 + fs;
+        const float *ka1 = f1 + (gate == LA_GATE_NONE ? dkp : 4 * dkp), *ka2 = ka1 + fs,
+                    *ka3 = ka2 + fs, *ka4 = ka3 + fs;
         const float *vr = v0 + 4 * g * v_ts;
         const la_vf wt = vf_set1(terms[0]);
         for (int x = 0; x < nv; x++) {

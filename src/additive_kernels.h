@@ -53,6 +53,11 @@ enum {
     ADD_QUAD_TERMS = 16
 };
 
+/* A quad sweep under a TOKEN gate keeps the tile as the state divided by
+ * the decays so far (add_tile_quads) while their product stays at or above
+ * this (2^-20): the stored tile is at most 2^20 times the state. */
+#define ADD_SCALED_MIN 0x1p-20f
+
 static int64_t add_round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
 
 /* out[0..dkp) = mult * phi(x), padding lanes 0. */
@@ -364,7 +369,16 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const flo
 /* The first 4 * quads tokens of a block (add_quad; their terms at quad) on
  * nv <= LA_ADD_QUAD_NV vectors of columns, as add_tile_tokens does pairs:
  * per quad one read-write pass sums S^T (P_j qh_j) for the four outputs
- * and writes the state after the fourth token. */
+ * and writes the state after the fourth token.
+ *
+ * Under a TOKEN gate P_4 is one number, so the tile may hold the state
+ * divided by d, the product of the decays since the tile was last decayed
+ * (as delta_tile_pairs does): a quad that keeps d >= ADD_SCALED_MIN adds
+ * its v divided by its new d (once per vector) without touching the old
+ * rows, and its outputs take d (the sums) and the new d (the ten
+ * coefficients) as factors; a quad that would not, and the last quad of
+ * the call, decays the tile by P_4 d, and d becomes 1. So every call
+ * leaves the state itself, and d depends on the gates alone. */
 LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const float *v0,
                               int64_t v_ts, float *o0, int64_t o_ts, const float *f,
                               const float *quad, const float *inv, int64_t quads, int nv,
@@ -378,6 +392,7 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
 #define ST(p, x, y)                                                                               \
     ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
+    float d = 1.0f; /* TOKEN: the state is d times the tile (above) */
     for (int64_t g = 0; g < quads; g++) {
         const float *f1 = f + 4 * g * fs, *terms = quad + g * stride;
         /* (without a gate add_quad leaves qh and kh as they are) */
@@ -386,49 +401,75 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
         const float *ka1 = f1 + (gate == LA_GATE_NONE ? dkp : 4 * dkp), *ka2 = ka1 + fs,
                     *ka3 = ka2 + fs, *ka4 = ka3 + fs;
         const float *vr = v0 + 4 * g * v_ts;
-        const la_vf wt = vf_set1(terms[0]);
-        for (int x = 0; x < nv; x++) {
+        /* d after this quad: its decays times d, if the tile keeps them */
+        const float d_next = gate == LA_GATE_TOKEN ? terms[0] * d : 1.0f;
+        const int scaled = gate == LA_GATE_TOKEN && g + 1 < quads && d_next >= ADD_SCALED_MIN;
+        const float d_out = scaled ? d_next : 1.0f;
+        const la_vf wt = vf_set1(gate == LA_GATE_TOKEN ? terms[0] * d : terms[0]);
+        const la_vf to_tile = vf_set1(1.0f / d_out);
+        for (int x = 0; x < nv; x++) { /* v as the tile takes it */
             v1[x] = LD(vr, x);
             v2[x] = LD(vr + v_ts, x);
             v3[x] = LD(vr + 2 * v_ts, x);
             v4[x] = LD(vr + 3 * v_ts, x);
+            if (gate == LA_GATE_TOKEN) {
+                v1[x] = vf_mul(v1[x], to_tile);
+                v2[x] = vf_mul(v2[x], to_tile);
+                v3[x] = vf_mul(v3[x], to_tile);
+                v4[x] = vf_mul(v4[x], to_tile);
+            }
             o1[x] = o2[x] = o3[x] = o4[x] = vf_zero();
         }
-        for (int64_t c = 0; c < dk; c++) {
-            const la_vf q1 = vf_set1(qa1[c]), q2 = vf_set1(qa2[c]), q3 = vf_set1(qa3[c]),
-                        q4 = vf_set1(qa4[c]);
-            const la_vf k1 = vf_set1(ka1[c]), k2 = vf_set1(ka2[c]), k3 = vf_set1(ka3[c]),
-                        k4 = vf_set1(ka4[c]);
-            const la_vf wv = gate == LA_GATE_CHANNEL ? vf_set1(terms[c]) : wt;
-            float *sr = s + c * ld;
-            for (int x = 0; x < nv; x++) {
-                const la_vf old = LD(sr, x);
-                o1[x] = vf_fma(q1, old, o1[x]);
-                o2[x] = vf_fma(q2, old, o2[x]);
-                o3[x] = vf_fma(q3, old, o3[x]);
-                o4[x] = vf_fma(q4, old, o4[x]);
-                const la_vf y = gate == LA_GATE_NONE ? old : vf_mul(wv, old);
-                ST(sr, x,
-                   vf_fma(k4, v4[x], vf_fma(k3, v3[x], vf_fma(k2, v2[x], vf_fma(k1, v1[x], y)))));
-            }
+        /* DECAY: the pass decays the tile; otherwise it only adds */
+#define QUAD_SWEEP(DECAY)                                                                         \
+    for (int64_t c = 0; c < dk; c++) {                                                            \
+        const la_vf q1 = vf_set1(qa1[c]), q2 = vf_set1(qa2[c]), q3 = vf_set1(qa3[c]),             \
+                    q4 = vf_set1(qa4[c]);                                                         \
+        const la_vf k1 = vf_set1(ka1[c]), k2 = vf_set1(ka2[c]), k3 = vf_set1(ka3[c]),             \
+                    k4 = vf_set1(ka4[c]);                                                         \
+        const la_vf wv = DECAY && gate == LA_GATE_CHANNEL ? vf_set1(terms[c]) : wt;              \
+        float *sr = s + c * ld;                                                                   \
+        for (int x = 0; x < nv; x++) {                                                            \
+            const la_vf old = LD(sr, x);                                                          \
+            o1[x] = vf_fma(q1, old, o1[x]);                                                       \
+            o2[x] = vf_fma(q2, old, o2[x]);                                                       \
+            o3[x] = vf_fma(q3, old, o3[x]);                                                       \
+            o4[x] = vf_fma(q4, old, o4[x]);                                                       \
+            const la_vf y = DECAY ? vf_mul(wv, old) : old;                                        \
+            ST(sr, x,                                                                             \
+               vf_fma(k4, v4[x], vf_fma(k3, v3[x], vf_fma(k2, v2[x], vf_fma(k1, v1[x], y)))));   \
+        }                                                                                         \
+    }
+        if (gate != LA_GATE_NONE && !scaled) {
+            QUAD_SWEEP(1)
+        } else {
+            QUAD_SWEEP(0)
         }
-        /* o_j += sum_{l<=j} c_jl v_l, then the normaliser */
+#undef QUAD_SWEEP
+        /* o_j = d (the tile's sums) + sum_{l<=j} c_jl v_l (the v as taken:
+         * c times d_out), then the normaliser */
         const float *cq = terms + dkp;
         float *orow = o0 + 4 * g * o_ts;
         const float *iv = inv ? inv + 4 * g : NULL;
         const la_vf i1 = vf_set1(iv ? iv[0] : 1.0f), i2 = vf_set1(iv ? iv[1] : 1.0f);
         const la_vf i3 = vf_set1(iv ? iv[2] : 1.0f), i4 = vf_set1(iv ? iv[3] : 1.0f);
-#define C(e) vf_set1(cq[e])
+        const la_vf dv = vf_set1(d);
+#define C(e) vf_set1(cq[e] * d_out)
+#define SUMS(o) (gate == LA_GATE_TOKEN ? vf_mul(dv, (o)) : (o))
         for (int x = 0; x < nv; x++) {
-            ST(orow, x, vf_mul(vf_fma(C(0), v1[x], o1[x]), i1));
-            ST(orow + o_ts, x, vf_mul(vf_fma(C(2), v2[x], vf_fma(C(1), v1[x], o2[x])), i2));
+            ST(orow, x, vf_mul(vf_fma(C(0), v1[x], SUMS(o1[x])), i1));
+            ST(orow + o_ts, x, vf_mul(vf_fma(C(2), v2[x], vf_fma(C(1), v1[x], SUMS(o2[x]))), i2));
             ST(orow + 2 * o_ts, x,
-               vf_mul(vf_fma(C(5), v3[x], vf_fma(C(4), v2[x], vf_fma(C(3), v1[x], o3[x]))), i3));
+               vf_mul(vf_fma(C(5), v3[x], vf_fma(C(4), v2[x], vf_fma(C(3), v1[x], SUMS(o3[x])))),
+                      i3));
             ST(orow + 3 * o_ts, x,
                vf_mul(vf_fma(C(9), v4[x],
-                             vf_fma(C(8), v3[x], vf_fma(C(7), v2[x], vf_fma(C(6), v1[x], o4[x])))),
+                             vf_fma(C(8), v3[x],
+                                    vf_fma(C(7), v2[x], vf_fma(C(6), v1[x], SUMS(o4[x]))))),
                       i4));
         }
+        d = d_out;
+#undef SUMS
 #undef C
     }
 #undef LD

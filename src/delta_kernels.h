@@ -345,7 +345,7 @@ LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const fl
     for (int64_t c = 0; c < dk; c++) {                                                            \
         const la_vf qv = vf_set1(qa[c]), kv = vf_set1(kd[c]);                                     \
         const la_vf qv1 = vf_set1(qh1[c]), kv1 = vf_set1(kh1[c]);                                 \
-        const la_vf wv = !GATED ? wt : gate == LA_GATE_CHANNEL ? vf_set1(w[c]) : wt;             \
+        const la_vf wv = GATED && gate == LA_GATE_CHANNEL ? vf_set1(w[c]) : wt;                   \
         const la_vf nk = vf_set1(NEXT ? kn[c] : 0.0f), nk1 = vf_set1(NEXT ? kb[c] : 0.0f);        \
         float *row = s + c * ld;                                                                  \
         for (int x = 0; x < nv; x++) {                                                            \

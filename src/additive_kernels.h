@@ -53,11 +53,6 @@ enum {
     ADD_QUAD_TERMS = 16
 };
 
-/* A quad sweep under a TOKEN gate keeps the tile as the state divided by
- * the decays so far (add_tile_quads) while their product stays at or above
- * this (2^-20): the stored tile is at most 2^20 times the state. */
-#define ADD_SCALED_MIN 0x1p-20f
-
 static int64_t add_round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
 
 /* out[0..dkp) = mult * phi(x), padding lanes 0. */
@@ -373,7 +368,7 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const flo
  *
  * Under a TOKEN gate P_4 is one number, so the tile may hold the state
  * divided by d, the product of the decays since the tile was last decayed
- * (as delta_tile_pairs does): a quad that keeps d >= ADD_SCALED_MIN adds
+ * (as delta_tile_pairs does): a quad that keeps d >= LA_SCALED_TILE_MIN adds
  * its v divided by its new d (once per vector) without touching the old
  * rows, and its outputs take d (the sums) and the new d (the ten
  * coefficients) as factors; a quad that would not, and the last quad of
@@ -403,7 +398,7 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
         const float *vr = v0 + 4 * g * v_ts;
         /* d after this quad: its decays times d, if the tile keeps them */
         const float d_next = gate == LA_GATE_TOKEN ? terms[0] * d : 1.0f;
-        const int scaled = gate == LA_GATE_TOKEN && g + 1 < quads && d_next >= ADD_SCALED_MIN;
+        const int scaled = gate == LA_GATE_TOKEN && g + 1 < quads && d_next >= LA_SCALED_TILE_MIN;
         const float d_out = scaled ? d_next : 1.0f;
         const la_vf wt = vf_set1(gate == LA_GATE_TOKEN ? terms[0] * d : terms[0]);
         const la_vf to_tile = vf_set1(1.0f / d_out);
@@ -476,10 +471,6 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
 #undef ST
 }
 
-/* (whole sub-tiles, per gate: LA_PER_GATE) */
-#define ADD_QUADS_WHOLE(g, NV)                                                                    \
-    add_tile_quads(h, sx, ld, vx, v_ts, ox, o_ts, f, quad, inv, quads, NV, LA_VW, g)
-
 /* The quads of a block on sub-tiles of LA_ADD_QUAD_NV vectors of a tile of
  * nv (the last wl lanes wide), each sub-tile through all of them. */
 static void add_quads_dispatch(const la_head *h, float *s, int64_t ld, const float *v,
@@ -487,21 +478,16 @@ static void add_quads_dispatch(const la_head *h, float *s, int64_t ld, const flo
                                const float *quad, const float *inv, int64_t quads, int nv,
                                int64_t wl)
 {
-    for (int x0 = 0; x0 < nv; x0 += LA_ADD_QUAD_NV) {
-        const int k = nv - x0 < LA_ADD_QUAD_NV ? nv - x0 : LA_ADD_QUAD_NV;
-        const int64_t kwl = x0 + k == nv ? wl : LA_VW;
-        float *sx = s + x0 * LA_VW, *ox = o + x0 * LA_VW;
-        const float *vx = v + x0 * LA_VW;
-#define ADD_QUADS(kk)                                                                             \
-    add_tile_quads(h, sx, ld, vx, v_ts, ox, o_ts, f, quad, inv, quads, kk, kwl, h->gate)
-        if (kwl == LA_VW && k == LA_ADD_QUAD_NV)
-            LA_PER_GATE(h->gate, ADD_QUADS_WHOLE, LA_ADD_QUAD_NV);
-        else
-            LA_TILE_SWITCH(k, LA_ADD_QUAD_NV, ADD_QUADS);
+#define ADD_QUADS_AT(kk, kwl, g)                                                                  \
+    add_tile_quads(h, s + x0 * LA_VW, ld, v + x0 * LA_VW, v_ts, o + x0 * LA_VW, o_ts, f, quad,   \
+                   inv, quads, kk, kwl, g)
+#define ADD_QUADS_WHOLE(g, NV) ADD_QUADS_AT(NV, LA_VW, g)
+#define ADD_QUADS(kk) ADD_QUADS_AT(kk, kwl, h->gate)
+    LA_SUB_TILES(nv, wl, LA_ADD_QUAD_NV, h->gate, ADD_QUADS_WHOLE, ADD_QUADS);
 #undef ADD_QUADS
-    }
-}
 #undef ADD_QUADS_WHOLE
+#undef ADD_QUADS_AT
+}
 
 /* columns' packed copy (pack.h), in register tiles. */
 static size_t additive_packed_bytes(int64_t dk, int64_t nj)

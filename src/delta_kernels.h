@@ -56,12 +56,6 @@
 #define LA_DELTA_PAIR_NV LA_DELTA_NV
 #endif
 
-/* A pair sweep under a TOKEN gate keeps the tile as the state divided by
- * the decays so far (delta_tile_pairs) while their product stays at or
- * above this (2^-20): the stored tile is then at most 2^20 times the
- * state. */
-#define DELTA_SCALED_MIN 0x1p-20f
-
 /* Packed rows DELTA_PACK_LD floats apart: not padded. On the Xeon a pad
  * of 16 floats (pack.h) measured -5% to +7% by gate in one run, and level
  * or slower in a second (3 interleaved rounds, fraction of the zmm peak,
@@ -277,12 +271,13 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
  * Under a TOKEN gate the decay is one number per pair, so it need not
  * touch the tile: the tile may hold the state divided by d, the product of
  * the decays since the tile was last decayed. A pair that keeps d >=
- * DELTA_SCALED_MIN adds its rank-one terms divided by its new d (u and u1
- * scaled once per vector) with the 6 operations of the ungated pass, and
- * its sums and outputs take d as a factor; a pair that would not, and the
- * last pair of the call, decays the tile by its decays times d, and d
- * becomes 1 again. So the tile leaves every call as the state, and d
- * depends on the gates alone: any column split gives the same bits. */
+ * LA_SCALED_TILE_MIN (gate.h) adds its rank-one terms divided by its new
+ * d (u and u1 scaled once per vector) with the 6 operations of the
+ * ungated pass, and its sums and outputs take d as a factor; a pair that
+ * would not, and the last pair of the call, decays the tile by its decays
+ * times d, and d becomes 1 again. So the tile leaves every call as the
+ * state, and d depends on the gates alone: any column split gives the same
+ * bits. */
 LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const float *v0, float *o0,
                                 const float *f, const float *pair, int64_t dkp, int64_t t0,
                                 int64_t n, int nv, int64_t wl, la_gate gate)
@@ -316,7 +311,7 @@ LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const fl
         const float *kb = kn ? f + (i + 3) * fs + kb_row : NULL;
         /* d after this pair: its decays times d, if the tile keeps them */
         const float d_next = gate == LA_GATE_TOKEN ? w[0] * d : 1.0f;
-        const int scaled = gate == LA_GATE_TOKEN && kn && d_next >= DELTA_SCALED_MIN;
+        const int scaled = gate == LA_GATE_TOKEN && kn && d_next >= LA_SCALED_TILE_MIN;
         /* the sums of the last pass times d are the state's */
         const la_vf at = vf_set1(gate == LA_GATE_TOKEN ? a[0] * d : 1.0f);
         const la_vf at1 = vf_set1(gate == LA_GATE_TOKEN ? a1[0] : 1.0f);
@@ -421,8 +416,6 @@ LA_INLINE void delta_tile_whole(const la_head *h, void *s, int64_t ld, const flo
 
 /* (whole tiles, per gate: LA_PER_GATE) */
 #define DELTA_WHOLE(g, NV) delta_tile_whole(h, s, ld, v, o, f, dkp, t0, n, NV, g, bf16)
-#define DELTA_PAIRS_WHOLE(g, NV)                                                                  \
-    delta_tile_pairs(h, sx, ld, vx, ox, f, pair, dkp, t0, even, NV, LA_VW, g)
 
 /* The pairs of a block's tokens (pair: its pair terms) on sub-tiles of
  * LA_DELTA_PAIR_NV vectors of a float tile, each sub-tile through all of
@@ -433,21 +426,16 @@ static void delta_pairs_dispatch(const la_head *h, float *s, int64_t ld, const f
                                  const float *f, const float *pair, int64_t dkp, int64_t t0,
                                  int64_t even, int nv, int64_t wl)
 {
-    for (int x0 = 0; x0 < nv; x0 += LA_DELTA_PAIR_NV) {
-        const int k = nv - x0 < LA_DELTA_PAIR_NV ? nv - x0 : LA_DELTA_PAIR_NV;
-        const int64_t kwl = x0 + k == nv ? wl : LA_VW;
-        float *sx = s + x0 * LA_VW, *ox = o + x0 * LA_VW;
-        const float *vx = v + x0 * LA_VW;
-#define DELTA_PAIRS(kk)                                                                           \
-    delta_tile_pairs(h, sx, ld, vx, ox, f, pair, dkp, t0, even, kk, kwl, h->gate)
-        if (kwl == LA_VW && k == LA_DELTA_PAIR_NV)
-            LA_PER_GATE(h->gate, DELTA_PAIRS_WHOLE, LA_DELTA_PAIR_NV);
-        else
-            LA_TILE_SWITCH(k, LA_DELTA_PAIR_NV, DELTA_PAIRS);
+#define DELTA_PAIRS_AT(kk, kwl, g)                                                                \
+    delta_tile_pairs(h, s + x0 * LA_VW, ld, v + x0 * LA_VW, o + x0 * LA_VW, f, pair, dkp, t0,    \
+                     even, kk, kwl, g)
+#define DELTA_PAIRS_WHOLE(g, NV) DELTA_PAIRS_AT(NV, LA_VW, g)
+#define DELTA_PAIRS(kk) DELTA_PAIRS_AT(kk, kwl, h->gate)
+    LA_SUB_TILES(nv, wl, LA_DELTA_PAIR_NV, h->gate, DELTA_PAIRS_WHOLE, DELTA_PAIRS);
 #undef DELTA_PAIRS
-    }
-}
 #undef DELTA_PAIRS_WHOLE
+#undef DELTA_PAIRS_AT
+}
 
 /* One sweep function per gate and state type for whole tiles (of the
  * table's width, and of its packed width); ragged ones (dv not a multiple

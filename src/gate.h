@@ -7,6 +7,13 @@
  * of 0, so only three kinds reach a kernel. */
 typedef enum { LA_GATE_NONE = 0, LA_GATE_TOKEN, LA_GATE_CHANNEL } la_gate;
 
+/* A sweep that takes several tokens per pass under a TOKEN gate may keep
+ * its tile as the state divided by d, the product of the decays since the
+ * tile was last decayed, while d stays at or above this (2^-20): the
+ * stored tile is then at most 2^20 times the state (delta_tile_pairs,
+ * add_tile_quads). */
+#define LA_SCALED_TILE_MIN 0x1p-20f
+
 /* CALL(g, arg) with g the constant la_gate equal to gate: a kernel's sweep
  * inlined once per gate, so that the gate is a constant inside it (GCC did
  * not unswitch a sweep on a gate it reads, and kept the tests, a jump and

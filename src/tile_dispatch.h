@@ -21,6 +21,23 @@
         }                                                                    \
     } while (0)
 
+/* A tile of nv vectors (the last wl lanes wide) in sub-tiles of sub_nv
+ * vectors, in order: for each, x0 is its first vector, k its vectors and
+ * kwl the lanes of its last. A whole sub-tile (k = sub_nv, every vector
+ * full) runs WHOLE(g, sub_nv) with the gate a constant (LA_PER_GATE,
+ * gate.h), any other RAGGED(k) through LA_TILE_SWITCH. sub_nv is an
+ * integer literal, as for LA_TILE_SWITCH; LA_VW comes from the ISA
+ * vocabulary. */
+#define LA_SUB_TILES(nv, wl, sub_nv, gate, WHOLE, RAGGED)                                         \
+    for (int x0 = 0; x0 < (nv); x0 += (sub_nv)) {                                                \
+        const int k = (nv) - x0 < (sub_nv) ? (nv) - x0 : (sub_nv);                                \
+        const int64_t kwl = x0 + k == (nv) ? (wl) : LA_VW;                                        \
+        if (kwl == LA_VW && k == (sub_nv))                                                        \
+            LA_PER_GATE(gate, WHOLE, sub_nv);                                                     \
+        else                                                                                      \
+            LA_TILE_SWITCH(k, sub_nv, RAGGED);                                                    \
+    }
+
 #define LA_TILE_CASES_1(CALL) case 1: CALL(1); break;
 #define LA_TILE_CASES_2(CALL) LA_TILE_CASES_1(CALL) case 2: CALL(2); break;
 #define LA_TILE_CASES_3(CALL) LA_TILE_CASES_2(CALL) case 3: CALL(3); break;

@@ -1053,7 +1053,7 @@ END_TEST
  * says, against the double oracle: odd and even T (a last token alone, a
  * pair split over feature blocks of 32), dk and dv below, at and above the
  * vector and the tiles, every gate, strong and mixed decay, decays whose
- * product crosses DELTA_SCALED_MIN inside a block (a token gate's scaled
+ * product crosses LA_SCALED_TILE_MIN inside a block (a token gate's scaled
  * tile decayed mid-block), beta up to 2, a carried state; and the same
  * bits on the packed copy as where the state lies, and for 1 and 3
  * threads. */

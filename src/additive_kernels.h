@@ -55,16 +55,25 @@ enum {
 
 static int64_t add_round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
 
-/* out[0..dkp) = mult * phi(x), padding lanes 0. */
-LA_INLINE void add_phi_row(const la_head *h, const float *x, float mult, float *out)
+/* Row t's features: qh = scale phi(q) at f, kh = phi(k) at f + dkp, lanes
+ * past dk 0. phi is a constant where add_features_as inlines this, so each
+ * feature map gets its own loop, q and k in one. */
+LA_INLINE void add_phi_rows(const la_head *h, linattn_phi phi, int64_t t, float *f, int64_t dkp)
 {
-    const la_vf m = vf_set1(mult);
-    for (int64_t c = 0; c < h->dk; c += LA_VW) {
-        const int64_t n = h->dk - c;
-        la_vf y = vf_mul(m, vf_phi(h->phi, vf_loadn(x + c, n)));
-        if (n < LA_VW)
-            y = vf_keep(y, n);
-        vf_store(out + c, y);
+    const int64_t dk = h->dk;
+    const float *q = h->q + t * h->q_ts, *k = h->k + t * h->k_ts;
+    const la_vf scale = vf_set1(h->scale);
+    int64_t c = 0;
+    for (; c + LA_VW <= dk; c += LA_VW) {
+        const la_vf qv = vf_phi(phi, vf_load(q + c)), kv = vf_phi(phi, vf_load(k + c));
+        vf_store(f + c, vf_mul(scale, qv));
+        vf_store(f + dkp + c, kv);
+    }
+    if (c < dk) {
+        const int64_t w = dk - c;
+        const la_vf qv = vf_phi(phi, vf_loadn(q + c, w)), kv = vf_phi(phi, vf_loadn(k + c, w));
+        vf_store(f + c, vf_keep(vf_mul(scale, qv), w));
+        vf_store(f + dkp + c, vf_keep(kv, w));
     }
 }
 
@@ -143,6 +152,15 @@ LA_INLINE void add_pair(const la_head *h, float *f1, int64_t dkp)
         a21[0] = a2[0] * a1[0];
 }
 
+/* out[0..10) = the sums of the ten vectors, three at a time (vf_hsum4: one
+ * reduction tree for four sums instead of four), out[10..12) scratch. */
+LA_INLINE void add_quad_sums(const la_vf sums[10], float *out)
+{
+    vf_hsum4(sums[0], sums[1], sums[2], sums[3], out);
+    vf_hsum4(sums[4], sums[5], sums[6], sums[7], out + 4);
+    vf_hsum4(sums[8], sums[9], vf_zero(), vf_zero(), out + 8);
+}
+
 /* The coefficients of the quad of tokens 1..4 whose features start at f1
  * (la_head.quad_tokens), from the state S before token 1. With a_j the
  * decays and P_j = a_1 ... a_j (a diagonal, a scalar, or 1):
@@ -175,8 +193,7 @@ LA_INLINE void add_quad(const la_head *h, float *f1, int64_t dkp, float *terms)
                     sums[j * (j + 1) / 2 + l] = vf_fma(q[j], k[l], sums[j * (j + 1) / 2 + l]);
         }
         terms[0] = 1.0f;
-        for (int e = 0; e < 10; e++)
-            terms[dkp + e] = vf_hsum(sums[e]);
+        add_quad_sums(sums, terms + dkp);
         return;
     }
     for (int64_t c = 0; c < dkp; c += LA_VW) {
@@ -207,45 +224,56 @@ LA_INLINE void add_quad(const la_head *h, float *f1, int64_t dkp, float *terms)
     }
     if (!channel) /* the four scalars multiplied as the rows' prefix was */
         terms[0] = f1[2 * dkp] * f1[fs + 2 * dkp] * f1[2 * fs + 2 * dkp] * f1[3 * fs + 2 * dkp];
-    for (int e = 0; e < 10; e++)
-        terms[dkp + e] = vf_hsum(sums[e]);
+    add_quad_sums(sums, terms + dkp);
 }
 
-static void additive_features(const la_head *h, int64_t t0, int64_t n, float *f)
+/* additive_features with phi a constant (additive_features picks it once). */
+LA_INLINE void add_features_as(const la_head *h, linattn_phi phi, int64_t t0, int64_t n,
+                               float *f)
 {
-    const int64_t dkp = add_round_vw(h->dk), dvp = add_round_vw(h->dv);
+    const int64_t dk = h->dk, dkp = add_round_vw(dk), dvp = add_round_vw(h->dv);
+    const la_gate gate = h->gate;
+    const int quads = h->quad_tokens;
     float *const f0 = f;
     for (int64_t i = 0; i < n; i++, f += ADD_ROWS * dkp) {
         const int64_t t = t0 + i;
         float *a = f + 2 * dkp;
         const int64_t ahead = t + n; /* the next block */
         if (ahead < h->T) {
-            add_prefetch_row(h->q + ahead * h->q_ts, h->dk, 0);
-            add_prefetch_row(h->k + ahead * h->k_ts, h->dk, 0);
+            add_prefetch_row(h->q + ahead * h->q_ts, dk, 0);
+            add_prefetch_row(h->k + ahead * h->k_ts, dk, 0);
             add_prefetch_row(h->v + ahead * h->v_ts, h->dv, 0);
-            if (h->gate == LA_GATE_CHANNEL)
-                add_prefetch_row(h->g + ahead * h->g_ts, h->dk, 0);
+            if (gate == LA_GATE_CHANNEL)
+                add_prefetch_row(h->g + ahead * h->g_ts, dk, 0);
         }
-        add_phi_row(h, h->q + t * h->q_ts, h->scale, f);
-        add_phi_row(h, h->k + t * h->k_ts, 1.0f, f + dkp);
-        if (h->gate == LA_GATE_CHANNEL) {
+        add_phi_rows(h, phi, t, f, dkp);
+        if (gate == LA_GATE_CHANNEL) {
             const float *g = h->g + t * h->g_ts;
-            for (int64_t c = 0; c < h->dk; c += LA_VW)
-                vf_store(a + c, vf_decay(vf_loadn(g + c, h->dk - c)));
+            for (int64_t c = 0; c < dk; c += LA_VW)
+                vf_store(a + c, vf_decay(vf_loadn(g + c, dk - c)));
         } else {
-            const float g = h->gate == LA_GATE_TOKEN ? h->g[t * h->g_ts] : 0.0f;
-            a[0] = g < LA_EXP_ZERO_BELOW ? 0.0f : h->gate == LA_GATE_TOKEN ? expf(g) : 1.0f;
+            const float g = gate == LA_GATE_TOKEN ? h->g[t * h->g_ts] : 0.0f;
+            a[0] = g < LA_EXP_ZERO_BELOW ? 0.0f : gate == LA_GATE_TOKEN ? expf(g) : 1.0f;
         }
         /* quads of whole groups of four, then pairs */
-        if (h->quad_tokens && i % 4 == 3)
+        if (quads && i % 4 == 3)
             add_quad(h, f - 3 * ADD_ROWS * dkp, dkp,
                      add_quad_area(h, f0, n) + i / 4 * add_quad_stride(h));
-        else if (i % 2 == 1 && !(h->quad_tokens && i - i % 4 + 3 < n))
+        else if (i % 2 == 1 && !(quads && i - i % 4 + 3 < n))
             add_pair(h, f - ADD_ROWS * dkp, dkp);
     }
     if (h->v_ts != h->dv) { /* rows apart: into the panel (f is past the features) */
         for (int64_t i = 0; i < n; i++)
             add_copy_row(f + i * dvp, h->v + (t0 + i) * h->v_ts, h->dv);
+    }
+}
+
+static void additive_features(const la_head *h, int64_t t0, int64_t n, float *f)
+{
+    switch (h->phi) {
+    case LINATTN_PHI_ELU1: add_features_as(h, LINATTN_PHI_ELU1, t0, n, f); break;
+    case LINATTN_PHI_RELU: add_features_as(h, LINATTN_PHI_RELU, t0, n, f); break;
+    default: add_features_as(h, LINATTN_PHI_IDENTITY, t0, n, f); break;
     }
 }
 

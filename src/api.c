@@ -112,7 +112,7 @@ static linattn_status run_ops(la_family family, int step, const linattn_config *
     if (kern == NULL)
         return LINATTN_E_ISA;
     la_call c;
-    linattn_status st = la_check(&c, family, step, cfg, ops);
+    linattn_status st = la_check(&c, kern, family, step, cfg, ops);
     if (st != LINATTN_OK)
         return st;
     st = family == LA_FAMILY_DELTA ? la_delta_run(kern, &c) : la_additive_run(kern, &c);

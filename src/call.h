@@ -100,9 +100,12 @@ static inline la_head_operands la_head_operands_at(const la_call *c, int64_t i)
     };
 }
 
-/* check.c: OK and *c filled, or a status with linattn_last_error set. */
-linattn_status la_check(la_call *c, la_family family, int step, const linattn_config *cfg,
-                        const linattn_operands *ops);
+struct la_kernels;
+
+/* check.c: OK and *c filled, or a status with linattn_last_error set (the
+ * scan of the gate values runs on kern's table). */
+linattn_status la_check(la_call *c, const struct la_kernels *kern, la_family family, int step,
+                        const linattn_config *cfg, const linattn_operands *ops);
 
 /* error.c: the thread's last-error message. */
 linattn_status la_fail(linattn_status st, const char *fmt, ...)
@@ -110,7 +113,6 @@ linattn_status la_fail(linattn_status st, const char *fmt, ...)
 void la_succeed(void);
 
 /* additive_driver.c, delta_driver.c: run a validated call. */
-struct la_kernels;
 linattn_status la_additive_run(const struct la_kernels *kern, const la_call *c);
 linattn_status la_delta_run(const struct la_kernels *kern, const la_call *c);
 

@@ -14,6 +14,7 @@
 #include "call.h"
 #include "half.h"
 #include "ranges.h"
+#include "table.h"
 #include "threads.h"
 
 /* ---- config ------------------------------------------------------------ */
@@ -166,24 +167,49 @@ static linattn_status check_strides(const la_call *c)
 
 /* ---- values of g and beta ---------------------------------------------- */
 
-/* The first gate value of head (b, h) that is NaN, > 0 or -inf, or -1. The
- * inner loop is branch-free so it vectorises: this is a full pass over g. */
-static int64_t first_bad_gate(const la_call *c, const float *row0, int64_t inner)
+/* Gate values lie in [-FLT_MAX, gate_max(c)]: finite log-decays <= 0, or
+ * raw projections (gate_act), which may be positive. */
+static float gate_max(const la_call *c)
 {
-    const int64_t nt = c->sg.token == 0 && c->gate == LA_GATE_TOKEN ? 1 : c->T;
-    /* raw projections (gate_act) may be positive: only finite is asked */
-    const float hi = c->gate_act != LINATTN_GATE_ACT_NONE ? FLT_MAX : 0.0f;
+    return c->gate_act != LINATTN_GATE_ACT_NONE ? FLT_MAX : 0.0f;
+}
+
+/* Rows of gate values per head: one when a token gate is broadcast over
+ * the tokens (token stride 0). */
+static int64_t gate_rows(const la_call *c)
+{
+    return c->sg.token == 0 && c->gate == LA_GATE_TOKEN ? 1 : c->T;
+}
+
+/* Whether head (b, h) has a bad gate value: a full pass over its values,
+ * by the table's vector scan where they are one run of memory or rows of
+ * a channel gate. */
+static int gate_head_bad(const la_call *c, const la_stage_ops *st, const float *row0,
+                         int64_t inner)
+{
+    const int64_t nt = gate_rows(c);
+    const float hi = gate_max(c);
+    if (nt == 1 || c->sg.token == inner)
+        return st->any_outside(row0, nt * inner, -FLT_MAX, hi);
     for (int64_t t = 0; t < nt; t++) {
         const float *row = row0 + t * c->sg.token;
-        int bad = 0;
-        for (int64_t i = 0; i < inner; i++)
-            bad |= !(row[i] <= hi) | (row[i] < -FLT_MAX);
-        if (bad)
-            for (int64_t i = 0;; i++)
-                if (!(row[i] <= hi) || row[i] < -FLT_MAX)
-                    return t * inner + i;
+        if (inner > 1 ? st->any_outside(row, inner, -FLT_MAX, hi)
+                      : !(row[0] >= -FLT_MAX && row[0] <= hi))
+            return 1;
     }
-    return -1;
+    return 0;
+}
+
+/* The first bad gate value of a head gate_head_bad found bad (t * inner + i). */
+static int64_t first_bad_gate(const la_call *c, const float *row0, int64_t inner)
+{
+    const float hi = gate_max(c);
+    for (int64_t t = 0;; t++)
+        for (int64_t i = 0; i < inner; i++) {
+            const float x = row0[t * c->sg.token + i];
+            if (!(x >= -FLT_MAX && x <= hi))
+                return t * inner + i;
+        }
 }
 
 /* A_log [H] (exp(A_log) finite: <= 88) and dt_bias [H] or [H][dk], finite. */
@@ -220,11 +246,11 @@ static const float *gate_head(const la_call *c, int64_t i)
  * q, and one thread scanning them all took 9 ms of a 73 ms call on two
  * threads (H = 32, T = 4096, dk = 128). The message names the first bad
  * value in (b, h, t, c) order whatever the thread count. */
-static linattn_status check_gate_values(const la_call *c, int head_gate)
+static linattn_status check_gate_values(const la_call *c, const la_stage_ops *st, int head_gate)
 {
     const int64_t inner = c->gate == LA_GATE_CHANNEL ? c->dk : 1;
     const int64_t heads = c->B * c->H;
-    const int64_t rows = c->sg.token == 0 && c->gate == LA_GATE_TOKEN ? 1 : c->T;
+    const int64_t rows = gate_rows(c);
     const double bytes = (double)heads * (double)rows * (double)inner * sizeof(float);
     int nt = la_team_size(la_threads_for_call(c->num_threads, c->B, c->T, c->H, c->dk, c->dv),
                           heads);
@@ -234,7 +260,7 @@ static linattn_status check_gate_values(const la_call *c, int head_gate)
     for (int i = 0; i < nt; i++)
         first[i] = heads;
     LA_FOR_EACH_UNIT(nt, heads, i, tid, {
-        if (first[tid] == heads && first_bad_gate(c, gate_head(c, i), inner) >= 0)
+        if (first[tid] == heads && gate_head_bad(c, st, gate_head(c, i), inner))
             first[tid] = i;
     });
     int64_t bad = heads;
@@ -332,8 +358,8 @@ static layout gate_layout(const la_call *c, int head_gate)
     return feature_layout(c, st, c->H, c->dk);
 }
 
-linattn_status la_check(la_call *c, la_family family, int step, const linattn_config *user,
-                        const linattn_operands *ops)
+linattn_status la_check(la_call *c, const la_kernels *kern, la_family family, int step,
+                        const linattn_config *user, const linattn_operands *ops)
 {
     const void *q = ops->q, *k = ops->k, *v = ops->v, *beta = ops->beta;
     const float *g = ops->g;
@@ -481,7 +507,7 @@ linattn_status la_check(la_call *c, la_family family, int step, const linattn_co
                                                   "with inputs or other outputs",
                                rname[out], rname[j]);
 
-    if (gated && (st = check_gate_values(c, head_gate)) != LINATTN_OK)
+    if (gated && (st = check_gate_values(c, kern->stage, head_gate)) != LINATTN_OK)
         return st;
     if (family == LA_FAMILY_DELTA && (st = check_beta_values(c)) != LINATTN_OK)
         return st;

@@ -340,7 +340,7 @@ linattn_status la_check_serve(la_serve *sv, linattn_op op, const linattn_config 
     la_call *c = &sv->c;
     linattn_operands stateless = *ops;
     stateless.s = NULL, stateless.z = NULL;
-    if ((st = la_check(c, family, 0, &one, &stateless)) != LINATTN_OK)
+    if ((st = la_check(c, kern, family, 0, &one, &stateless)) != LINATTN_OK)
         return st;
     if (step) {
         c->step = 1, c->T = 1, c->causal = 1;

@@ -60,6 +60,9 @@ typedef struct la_stage_ops {
                          float *y, int64_t ldy);
     void (*transpose_out)(linattn_dtype t, const float *x, int64_t ldx, int64_t rows,
                           int64_t cols, void *y, int64_t ldy);
+    /* Nonzero when one of x[0..n) is NaN or outside [lo, hi]: the argument
+     * check's scan of the gate values (a channel gate has as many as q) */
+    int (*any_outside)(const float *x, int64_t n, float lo, float hi);
 } la_stage_ops;
 
 /* One value head's operands as the caller gave them: pointers at (b, h)

@@ -9,6 +9,9 @@
  *   vf_sigmoid(x) vf_softplus(x)           for finite x
  *   vf_transpose(r)                        LA_VW vectors r[0..LA_VW) as a
  *                                          tile, transposed in registers
+ *   vf_flag_outside(flags, x, lo, hi)      flags with the lanes set where
+ *                                          x is NaN or outside [lo, hi]
+ *   vf_any_flag(flags)                     nonzero when a lane is set
  *
  * Elements past the last whole vector go through half.h one at a time
  * (the same values: the conversions are exact or correctly rounded). */
@@ -208,6 +211,23 @@ static void stage_transpose_out(linattn_dtype t, const float *x, int64_t ldx, in
         stage_transpose(x, ldx, rows, cols, y, ldy, 0, 0);
 }
 
+/* Two flag vectors, so that the compares of one load need not wait for
+ * the previous one's: the scan runs at the speed of memory. */
+static int stage_any_outside(const float *x, int64_t n, float lo, float hi)
+{
+    const la_vf vlo = vf_set1(lo), vhi = vf_set1(hi);
+    la_vf f0 = vf_zero(), f1 = vf_zero();
+    int64_t i = 0;
+    for (; i + 2 * LA_VW <= n; i += 2 * LA_VW) {
+        f0 = vf_flag_outside(f0, vf_load(x + i), vlo, vhi);
+        f1 = vf_flag_outside(f1, vf_load(x + i + LA_VW), vlo, vhi);
+    }
+    int bad = vf_any_flag(f0) | vf_any_flag(f1);
+    for (; i < n; i++)
+        bad |= !(x[i] >= lo) | !(x[i] <= hi);
+    return bad;
+}
+
 const la_stage_ops LA_STAGE_OPS = {
     .load = stage_load,
     .store = stage_store,
@@ -216,4 +236,5 @@ const la_stage_ops LA_STAGE_OPS = {
     .beta = stage_beta,
     .transpose_in = stage_transpose_in,
     .transpose_out = stage_transpose_out,
+    .any_outside = stage_any_outside,
 };

@@ -459,6 +459,57 @@ START_TEST(gate_check_on_threads_names_first)
 }
 END_TEST
 
+/* Every position of a token and a channel gate, in rows one after another
+ * ([B][H][T][...]: the scan takes a head as one run) and in rows apart
+ * ([B][T][H][...]: row by row): a bad value there is found and named, and
+ * nothing is written. dk = 19 leaves a tail past the vectors. */
+START_TEST(gate_check_names_every_position)
+{
+    enum { PB = 2, PH = 3, PT = 5, PDK = 19, PDV = 4 };
+    static const float bad[] = {NAN, 0.25f, -INFINITY};
+    static const char *const bad_text[] = {"nan", "0.25", "-inf"};
+    for (int channel = 0; channel < 2; channel++)
+        for (int apart = 0; apart < 2; apart++) {
+            spec sp = spec_default(PB, PH, PT, PDK, PDV);
+            sp.gate = channel ? LINATTN_GATE_CHANNEL : LINATTN_GATE_TOKEN;
+            sp.layout = apart ? LAYOUT_BTHD : LAYOUT_BHTD;
+            sp.with_state = 1;
+            guarded_call c;
+            problem_make(&c.p, &sp);
+            c.no = PB * PH * PT * PDV, c.ns = PB * PH * PDK * PDV, c.nz = PB * PH * PDK;
+            c.o_copy = snapshot(c.p.o, c.no);
+            c.s_copy = snapshot(c.p.s, c.ns);
+            c.z_copy = snapshot(c.p.z, c.nz);
+            const int64_t nc = channel ? PDK : 1;
+            for (int64_t b = 0; b < PB; b++)
+                for (int64_t h = 0; h < PH; h++)
+                    for (int64_t t = 0; t < PT; t++)
+                        for (int64_t ch = 0; ch < nc; ch++) {
+                            const int64_t row = apart ? (b * PT + t) * PH + h : (b * PH + h) * PT + t;
+                            const int64_t at = row * nc + ch;
+                            const int which = (int)(at % 3);
+                            const float keep = c.p.g[at];
+                            c.p.g[at] = bad[which];
+                            ck_assert_int_eq(problem_forward(&c.p), LINATTN_E_ARG);
+                            char want[96];
+                            if (channel)
+                                snprintf(want, sizeof want, "g[b=%lld,h=%lld,t=%lld,c=%lld] = %s",
+                                         (long long)b, (long long)h, (long long)t, (long long)ch,
+                                         bad_text[which]);
+                            else
+                                snprintf(want, sizeof want, "g[b=%lld,h=%lld,t=%lld] = %s",
+                                         (long long)b, (long long)h, (long long)t,
+                                         bad_text[which]);
+                            ck_assert_error_has(want);
+                            check_untouched(&c, "bad gate value");
+                            c.p.g[at] = keep;
+                        }
+            ck_assert_int_eq(problem_forward(&c.p), LINATTN_OK);
+            bad_teardown(&c);
+        }
+}
+END_TEST
+
 /* A config never passed through linattn_config_init (stack garbage). */
 START_TEST(uninitialised_config_named)
 {
@@ -1453,6 +1504,7 @@ static Suite *api_suite(void)
     tcase_add_test(bad, inactive_isa_is_an_error);
     tcase_add_test(bad, decay_factor_named);
     tcase_add_test(bad, gate_check_on_threads_names_first);
+    tcase_add_test(bad, gate_check_names_every_position);
     tcase_add_test(bad, uninitialised_config_named);
     tcase_add_test(bad, last_error_is_thread_local);
     tcase_add_test(bad, interleaved_o_is_rejected);

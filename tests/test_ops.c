@@ -13,6 +13,7 @@
  *
  * Tables this CPU cannot run are reported as skipped; nothing exits 77. */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1001,6 +1002,61 @@ START_TEST(tuning_entries)
 }
 END_TEST
 
+/* stage any_outside of each table against the plain rule: every length
+ * up to and past two vectors of the widest table, arrays ending at a guard
+ * page at every alignment, one bad value (NaN, infinities, just above hi,
+ * a positive subnormal when hi = 0) at every position, and arrays whose
+ * values sit on both bounds (-0.0, lo, hi) which must pass. */
+START_TEST(any_outside_of_every_table)
+{
+    const float bad[] = {NAN, -NAN, INFINITY, -INFINITY, 1e-3f, 1e-40f, 3.0f};
+    const float his[] = {0.0f, FLT_MAX, 2.0f};
+    long cases = 0, failed = 0;
+    for (int r = 0; r < nruns; r++) {
+        const la_table *tb = runs[r].t;
+        if (!tb->stage)
+            continue;
+        for (int hi_i = 0; hi_i < 3; hi_i++)
+            for (int64_t n = 0; n <= 70; n++)
+                for (int shift = 0; shift < 4; shift++) {
+                    arena mem = {0};
+                    const float lo = -FLT_MAX, hi = his[hi_i];
+                    /* n floats shift bytes past an alignment, ending at the guard page */
+                    unsigned char *at0 = guarded_end(&mem, (size_t)n * sizeof(float) + shift);
+                    float *x = (float *)(void *)(at0 + shift);
+                    for (int64_t i = 0; i < n; i++) /* on and within the bounds */
+                        x[i] = i % 4 == 0 ? -0.0f : i % 4 == 1 ? lo : i % 4 == 2 ? hi : -1.5f;
+                    snprintf(current, sizeof current, "%s stage any_outside n=%lld", tb->name,
+                             (long long)n);
+                    cases++;
+                    if (tb->stage->any_outside(x, n, lo, hi) != 0 && failed++ < MAX_REPORTS)
+                        printf("FAIL %s stage any_outside: n=%lld hi=%g, all within, says "
+                               "outside\n",
+                               tb->name, (long long)n, (double)hi);
+                    for (int64_t at = 0; at < n; at++)
+                        for (int b = 0; b < (int)(sizeof bad / sizeof bad[0]); b++) {
+                            const float v = bad[b];
+                            if (v >= lo && v <= hi) /* within for this hi */
+                                continue;
+                            const float keep = x[at];
+                            x[at] = v;
+                            cases++;
+                            if (tb->stage->any_outside(x, n, lo, hi) == 0 &&
+                                failed++ < MAX_REPORTS)
+                                printf("FAIL %s stage any_outside: n=%lld hi=%g, x[%lld] = %g "
+                                       "not found\n",
+                                       tb->name, (long long)n, (double)hi, (long long)at,
+                                       (double)v);
+                            x[at] = keep;
+                        }
+                    arena_free(&mem);
+                }
+    }
+    printf("stage any_outside: %ld cases over the tables, %ld failed\n", cases, failed);
+    ck_assert_msg(failed == 0, "%ld any_outside cases failed (see the FAIL lines)", failed);
+}
+END_TEST
+
 int main(void)
 {
     test_seed();
@@ -1037,6 +1093,7 @@ int main(void)
     tcase_add_test(tc, every_op_of_every_table);
     tcase_add_test(tc, tuning_entries);
     tcase_add_test(tc, vfirst_any_split_same_bits);
+    tcase_add_test(tc, any_outside_of_every_table);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

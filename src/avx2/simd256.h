@@ -173,6 +173,14 @@ LA_INLINE la_vf vf_softplus(la_vf x)
     return _mm256_add_ps(_mm256_max_ps(x, _mm256_setzero_ps()), Sleef_log1pf8_u10avx2(e));
 }
 
+/* flags with the lanes set (all bits) where x is NaN or outside [lo, hi]. */
+LA_INLINE la_vf vf_flag_outside(la_vf flags, la_vf x, la_vf lo, la_vf hi)
+{
+    const __m256 out = _mm256_or_ps(_mm256_cmp_ps(x, lo, _CMP_NGE_UQ), _mm256_cmp_ps(x, hi, _CMP_NLE_UQ));
+    return _mm256_or_ps(flags, out);
+}
+LA_INLINE int vf_any_flag(la_vf flags) { return _mm256_movemask_ps(flags) != 0; }
+
 /* r[i] lane j becomes r[j] lane i (8 x 8): pairs interleaved, then 4 x 4
  * blocks within 128-bit lanes, then the 128-bit halves exchanged (24
  * shuffles a tile). */

@@ -275,6 +275,17 @@ LA_INLINE la_vf vf_softplus(la_vf x)
     return _mm512_add_ps(_mm512_max_ps(x, _mm512_setzero_ps()), la_log1p(e));
 }
 
+/* flags with the lanes set (to 1) where x is NaN or outside [lo, hi]. */
+LA_INLINE la_vf vf_flag_outside(la_vf flags, la_vf x, la_vf lo, la_vf hi)
+{
+    const __mmask16 out = _mm512_cmp_ps_mask(x, lo, _CMP_NGE_UQ) | _mm512_cmp_ps_mask(x, hi, _CMP_NLE_UQ);
+    return _mm512_mask_mov_ps(flags, out, _mm512_set1_ps(1.0f));
+}
+LA_INLINE int vf_any_flag(la_vf flags)
+{
+    return _mm512_cmp_ps_mask(flags, _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0;
+}
+
 #ifdef LA_AVX512_SIMDE
 #define la_shuffle_f32x4 simde_mm512_shuffle_f32x4 /* SIMDe 0.7.4: no native alias */
 #else

@@ -173,6 +173,14 @@ LA_INLINE la_vf vf_softplus(la_vf x)
     return vaddq_f32(vmaxq_f32(x, vdupq_n_f32(0.0f)), Sleef_log1pf4_u10advsimd(e));
 }
 
+/* flags with the lanes set (all bits) where x is NaN or outside [lo, hi]. */
+LA_INLINE la_vf vf_flag_outside(la_vf flags, la_vf x, la_vf lo, la_vf hi)
+{
+    const uint32x4_t within = vandq_u32(vcgeq_f32(x, lo), vcleq_f32(x, hi)); /* NaN: 0 */
+    return vreinterpretq_f32_u32(vornq_u32(vreinterpretq_u32_f32(flags), within));
+}
+LA_INLINE int vf_any_flag(la_vf flags) { return vmaxvq_u32(vreinterpretq_u32_f32(flags)) != 0; }
+
 /* r[i] lane j becomes r[j] lane i (4 x 4): TRN1/TRN2 on pairs, then the
  * 64-bit halves recombined. */
 LA_INLINE void vf_transpose(la_vf r[4])

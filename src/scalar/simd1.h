@@ -66,6 +66,13 @@ LA_INLINE la_vf vf_sigmoid(la_vf x)
 }
 LA_INLINE la_vf vf_softplus(la_vf x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
 
+/* flags, or 1 where x is NaN or outside [lo, hi]. */
+LA_INLINE la_vf vf_flag_outside(la_vf flags, la_vf x, la_vf lo, la_vf hi)
+{
+    return x >= lo && x <= hi ? flags : 1.0f;
+}
+LA_INLINE int vf_any_flag(la_vf flags) { return flags != 0.0f; }
+
 /* A 1 x 1 tile is its own transpose. */
 LA_INLINE void vf_transpose(la_vf r[1]) { (void)r; }
 

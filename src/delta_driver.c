@@ -104,7 +104,8 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
         const int64_t n = src->T - t0 < a->block ? src->T - t0 : a->block;
         la_head h = {.dk = c->dk, .dv = c->dv, .s = st.s, .s_bf16 = st.s16, .s_vld = s_vld,
                      .s_from = t0 == 0 ? st.from : NULL, .s_packed = st.packed, .s_next = st.next,
-                     .step_columns = kern->delta_tuning->delta_step_columns, .scale = c->scale,
+                     .step_columns = kern->delta_tuning->delta_step_columns,
+                     .step_fuse = kern->delta_tuning->delta_step_fuse, .scale = c->scale,
                      .chunk = a->chunk, .pair_tokens = pairs};
         la_stage_in(kern->stage, src, t0, n, stage_buf, &h);
         if (s_vld)

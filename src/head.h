@@ -48,9 +48,18 @@ typedef struct la_head {
      * tile's sweep those rows, at their column 0) */
     const float *s_next;
     /* delta recurrent only, one-token calls on a float K-first state:
+     * with step_acc_in, step_acc holds S^T kn of the tile about to be
+     * swept, summed by the previous tile's sweep; with step_acc_out the
+     * sweep sums the next tile's (at s_next, as many whole vectors) into
+     * it instead of fetching those rows, so that a tile's read-only pass
+     * runs inside the previous tile's read-write pass */
+    float *step_acc;
+    int step_acc_in, step_acc_out;
+    /* delta recurrent only, one-token calls on a float K-first state:
      * columns per register tile (la_tuning.delta_step_columns; 0: the
      * table's tile) */
     int64_t step_columns;
+    int step_fuse; /* la_tuning.delta_step_fuse */
     /* delta recurrent only, float K-first state: tokens go through the
      * tile two at a time (la_tuning.delta_pair_from_T) */
     int pair_tokens;

@@ -48,6 +48,13 @@ typedef struct la_tuning {
      * next state's) into L2, so narrower tiles leave less of the state to
      * wait for. The results are the same bits for any width. */
     int64_t delta_step_columns;
+    /* 1: in such a call each tile's sweep also sums the next tile's S^T k
+     * (read from its rows, fetched a few rows ahead), so that the next
+     * tile skips its read-only pass and the state is read from memory
+     * while the current tile is rewritten; 0: the sweep only fetches the
+     * next tile's rows. The sums are the same operations in the same
+     * order: the same bits either way. */
+    int delta_step_fuse;
     /* The delta recurrent forward on a float K-first state (packed or not)
      * runs its tokens two at a time in sequences of at least
      * delta_pair_from_T[gate] tokens (delta_kernels.h, delta_pair_terms:

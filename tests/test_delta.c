@@ -1116,7 +1116,8 @@ END_TEST
 START_TEST(step_tiles_same_bits)
 {
     la_tuning tune = *la_active_kernels()->delta_tuning;
-    static const int64_t widths[] = {0, 16, 40};
+    /* (columns, fused read-only pass): the table's tile first, unfused */
+    static const int64_t widths[][2] = {{0, 0}, {16, 0}, {16, 1}, {40, 1}, {64, 1}};
     static const int64_t shapes[][5] = {
         /* B, H, qk heads, dk, dv */
         {1, 2, 2, 5, 1}, {2, 3, 3, 17, 15}, {1, 2, 1, 64, 100}, {1, 1, 1, 128, 130},
@@ -1138,7 +1139,8 @@ START_TEST(step_tiles_same_bits)
                     p.cfg.num_threads = threads;
                     float *o1 = NULL, *s1 = NULL;
                     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
-                        tune.delta_step_columns = widths[w];
+                        tune.delta_step_columns = widths[w][0];
+                        tune.delta_step_fuse = (int)widths[w][1];
                         la_force_table_tuning(table, NULL, &tune);
                         restore_state(&p);
                         ck_assert_int_eq(step ? step_at(&p, 0) : dproblem_forward(&p), LINATTN_OK);
@@ -1149,9 +1151,11 @@ START_TEST(step_tiles_same_bits)
                         }
                         ck_assert_msg(memcmp(o1, p.o, p.no * sizeof(float)) == 0 &&
                                           memcmp(s1, p.s, p.ns * sizeof(float)) == 0,
-                                      "%s: %lld-column tiles give other bits than the table's "
-                                      "(%s)",
-                                      step ? "step" : "one-token forward", (long long)widths[w],
+                                      "%s: %lld-column tiles%s give other bits than the "
+                                      "table's (%s)",
+                                      step ? "step" : "one-token forward",
+                                      (long long)widths[w][0],
+                                      widths[w][1] ? " with fused read-only passes" : "",
                                       dspec_name(&p.sp));
                     }
                     free(o1);

@@ -210,6 +210,7 @@ static const la_tuning tuning_avx512[] = {
         .additive_pack_from_T = 32,
         .additive_quad_from_T = {4, 4, 4},
         .delta_step_columns = 64,
+        .delta_step_fuse = 1,
     },
 };
 

@@ -200,16 +200,18 @@ static int gate_head_bad(const la_call *c, const la_stage_ops *st, const float *
     return 0;
 }
 
-/* The first bad gate value of a head gate_head_bad found bad (t * inner + i). */
+/* The first bad gate value of head (b, h) (t * inner + i), or -1: the
+ * element search after gate_head_bad said the head has one. */
 static int64_t first_bad_gate(const la_call *c, const float *row0, int64_t inner)
 {
     const float hi = gate_max(c);
-    for (int64_t t = 0;; t++)
+    for (int64_t t = 0; t < gate_rows(c); t++)
         for (int64_t i = 0; i < inner; i++) {
             const float x = row0[t * c->sg.token + i];
             if (!(x >= -FLT_MAX && x <= hi))
                 return t * inner + i;
         }
+    return -1;
 }
 
 /* A_log [H] (exp(A_log) finite: <= 88) and dt_bias [H] or [H][dk], finite. */
@@ -271,6 +273,8 @@ static linattn_status check_gate_values(const la_call *c, const la_stage_ops *st
     const int64_t b = bad / c->H, h = bad % c->H;
     const float *row0 = gate_head(c, bad);
     const int64_t at = first_bad_gate(c, row0, inner);
+    if (at < 0) /* the scan and the search apply one rule: not reached */
+        return LINATTN_OK;
     const int64_t t = at / inner, i = at % inner;
     const float x = row0[t * c->sg.token + i];
     char where[96];

@@ -67,10 +67,10 @@
 #endif
 enum {
     /* A step's sweep that sums the next tile's S^T k (la_head.step_acc)
-     * fetches that tile's rows this many rows ahead into L2: the Xeon's
-     * model decode measured 16 rows ahead 4-5% faster than no fetch at 36
-     * layers of 16 MiB (B = 8), where loads missing in the sweep stalled
-     * it, and than 8, 32 or 64 rows ahead. */
+     * fetches that tile's rows this many rows ahead into L2: without the
+     * fetch the Xeon's model decode from memory (36 layers of 16 MiB,
+     * B = 8) was 10% slower, its loads stalling the sweep; 8, 32 and 64
+     * rows ahead measured no better than 16. */
     DELTA_FUSE_AHEAD = 16,
     DELTA_TILE = LA_DELTA_NV * LA_VW,
     DELTA_PACK_TILE = LA_DELTA_PACK_NV * LA_VW,
@@ -193,7 +193,9 @@ LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, int64_t
  * already summed for token t+1 (acc += S_c kn_c): the state is read and
  * written once per token, and the accumulators stay in registers. s is
  * float, or with bf16 bfloat16 widened on load and rounded on store (once
- * per token; the driver uses it for one-token calls). */
+ * per token; the driver uses it for one-token calls). A one-token sweep may
+ * also sum the next tile's S^T k for its first token (la_head.step_acc_out),
+ * and a tile whose sum was made that way skips its own (step_acc_in). */
 LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const float *v0,
                                  float *o0, const float *f, int64_t dkp, int64_t t0, int64_t n,
                                  int nv, int64_t wl, la_gate gate, int bf16)

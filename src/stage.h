@@ -14,11 +14,12 @@
  * value head reads the same q/k head and block, so with grouped heads they
  * are made once per q/k head.
  *
- * The vector work (conversions, phi, norms, activations, and the
- * transposes that move a V-first state pool into and out of the plan's
- * K-first working copy) is each table's la_stage_ops, written once in
- * stage_kernels.h against the ISA vocabulary; this file's
- * la_stage_in/la_stage_out drive the input side, plan.c the transposes.
+ * The vector work (conversions, phi, norms, activations, the transposes
+ * that move a V-first state pool into and out of the plan's K-first
+ * working copy, and the argument check's scan of the gate values) is each
+ * table's la_stage_ops, written once in stage_kernels.h against the ISA
+ * vocabulary; this file's la_stage_in/la_stage_out drive the input side,
+ * plan.c the transposes, check.c the scan.
  *
  * A new input type is a case in stage_kernels.h's load/store and four
  * vocabulary words; a new activation is a case in its gate or beta op and a

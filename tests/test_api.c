@@ -485,7 +485,8 @@ START_TEST(gate_check_names_every_position)
                 for (int64_t h = 0; h < PH; h++)
                     for (int64_t t = 0; t < PT; t++)
                         for (int64_t ch = 0; ch < nc; ch++) {
-                            const int64_t row = apart ? (b * PT + t) * PH + h : (b * PH + h) * PT + t;
+                            const int64_t row =
+                                apart ? (b * PT + t) * PH + h : (b * PH + h) * PT + t;
                             const int64_t at = row * nc + ch;
                             const int which = (int)(at % 3);
                             const float keep = c.p.g[at];

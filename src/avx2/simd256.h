@@ -176,8 +176,8 @@ LA_INLINE la_vf vf_softplus(la_vf x)
 /* flags with the lanes set (all bits) where x is NaN or outside [lo, hi]. */
 LA_INLINE la_vf vf_flag_outside(la_vf flags, la_vf x, la_vf lo, la_vf hi)
 {
-    const __m256 out = _mm256_or_ps(_mm256_cmp_ps(x, lo, _CMP_NGE_UQ), _mm256_cmp_ps(x, hi, _CMP_NLE_UQ));
-    return _mm256_or_ps(flags, out);
+    const __m256 below = _mm256_cmp_ps(x, lo, _CMP_NGE_UQ), above = _mm256_cmp_ps(x, hi, _CMP_NLE_UQ);
+    return _mm256_or_ps(flags, _mm256_or_ps(below, above));
 }
 LA_INLINE int vf_any_flag(la_vf flags) { return _mm256_movemask_ps(flags) != 0; }
 

@@ -278,8 +278,9 @@ LA_INLINE la_vf vf_softplus(la_vf x)
 /* flags with the lanes set (to 1) where x is NaN or outside [lo, hi]. */
 LA_INLINE la_vf vf_flag_outside(la_vf flags, la_vf x, la_vf lo, la_vf hi)
 {
-    const __mmask16 out = _mm512_cmp_ps_mask(x, lo, _CMP_NGE_UQ) | _mm512_cmp_ps_mask(x, hi, _CMP_NLE_UQ);
-    return _mm512_mask_mov_ps(flags, out, _mm512_set1_ps(1.0f));
+    const __mmask16 below = _mm512_cmp_ps_mask(x, lo, _CMP_NGE_UQ);
+    const __mmask16 above = _mm512_cmp_ps_mask(x, hi, _CMP_NLE_UQ);
+    return _mm512_mask_mov_ps(flags, below | above, _mm512_set1_ps(1.0f));
 }
 LA_INLINE int vf_any_flag(la_vf flags)
 {

@@ -66,18 +66,26 @@ static size_t gate_floats(linattn_gate gate)
                                         : BB * BH * BT * BDK;
 }
 
+/* The sizes of o, s and z of the problem made from sp, and copies of them
+ * as they are now (check_untouched compares with these). */
+static void snapshot_outputs(guarded_call *c, const spec *sp)
+{
+    c->no = (size_t)(sp->B * sp->H * sp->T * sp->dv);
+    c->ns = (size_t)(sp->B * sp->H * sp->dk * sp->dv), c->nz = (size_t)(sp->B * sp->H * sp->dk);
+    c->o_copy = snapshot(c->p.o, c->no);
+    c->s_copy = snapshot(c->p.s, c->ns);
+    c->z_copy = snapshot(c->p.z, c->nz);
+}
+
 static void bad_setup(guarded_call *c, linattn_gate gate)
 {
     spec sp = spec_default(BB, BH, BT, BDK, BDV);
     sp.gate = gate;
     sp.with_state = 1;
     problem_make(&c->p, &sp);
-    c->no = BB * BH * BT * BDV, c->ns = BB * BH * BDK * BDV, c->nz = BB * BH * BDK;
-    for (size_t i = 0; i < c->no; i++)
+    for (size_t i = 0; i < (size_t)(BB * BH * BT * BDV); i++)
         c->p.o[i] = 12345.0f;
-    c->o_copy = snapshot(c->p.o, c->no);
-    c->s_copy = snapshot(c->p.s, c->ns);
-    c->z_copy = snapshot(c->p.z, c->nz);
+    snapshot_outputs(c, &sp);
 }
 
 static void check_untouched(const guarded_call *c, const char *what)
@@ -442,10 +450,7 @@ START_TEST(gate_check_on_threads_names_first)
             sp.threads = threads[n];
             guarded_call c;
             problem_make(&c.p, &sp);
-            c.no = GB * GH * GT * GDV, c.ns = GB * GH * GDK * GDV, c.nz = GB * GH * GDK;
-            c.o_copy = snapshot(c.p.o, c.no);
-            c.s_copy = snapshot(c.p.s, c.ns);
-            c.z_copy = snapshot(c.p.z, c.nz);
+            snapshot_outputs(&c, &sp);
             /* a bad value in a later head, and (which = 1) one in an earlier
              * head at a later token, which is then the one to name */
             c.p.g[((1 * GH + 2) * GT + 10) * GDK + 0] = NAN;
@@ -476,10 +481,7 @@ START_TEST(gate_check_names_every_position)
             sp.with_state = 1;
             guarded_call c;
             problem_make(&c.p, &sp);
-            c.no = PB * PH * PT * PDV, c.ns = PB * PH * PDK * PDV, c.nz = PB * PH * PDK;
-            c.o_copy = snapshot(c.p.o, c.no);
-            c.s_copy = snapshot(c.p.s, c.ns);
-            c.z_copy = snapshot(c.p.z, c.nz);
+            snapshot_outputs(&c, &sp);
             const int64_t nc = channel ? PDK : 1;
             for (int64_t b = 0; b < PB; b++)
                 for (int64_t h = 0; h < PH; h++)

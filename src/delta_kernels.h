@@ -9,7 +9,7 @@
  *                                missing lanes read as 0, nothing outside
  *                                the n floats is touched
  *   vf_fma(a, b, c)              a * b + c, one rounding
- *   vf_mul vf_sub vf_add         elementwise
+ *   vf_mul vf_sub vf_add vf_div  elementwise
  *   vf_hsum(x)                   sum of the lanes
  *   vf_hsum4(a, b, c, d, s)      s[0..4) = the sums of a, b, c, d; s[i]
  *                                depends on the i-th vector alone, summed
@@ -145,35 +145,75 @@ static int64_t delta_block_tokens(int64_t T) { return T < DELTA_BLOCK ? T : DELT
  *     decays multiply the sums) beside S^T kn_i;
  *   - the first token's output is S_i^T qh_i = S^T (L_i qh_i) + e_i u_i,
  *     e_i = qh_i . kh_i, so S_i is never formed;
- *   - the state after both is L_i+1 L_i S + (L_i+1 kh_i) u_i^T +
- *     kh_i+1 u_i+1^T: with a gate, one multiply and two FMAs per element
+ *   - the state after both is W S + (L_i+1 kh_i) u_i^T + kh_i+1 u_i+1^T,
+ *     W = L_i L_i+1: with a gate, one multiply and two FMAs per element
  *     (two of each one token at a time), without, two FMAs.
  * So the rows of token i become qa = L_i qh_i, kd = L_i+1 kh_i and (fifth
- * row) w = L_i L_i+1 (w[0] for TOKEN); kb goes in the fifth row of token
- * i+1 (CHANNEL; otherwise it is kn_i+1); c_i is pair[i], e_i pair[i+1].
+ * row) w = W (w[0] for TOKEN); kb goes in the fifth row of token i+1
+ * (CHANNEL; otherwise it is kn_i+1); c_i is pair[2i], e_i pair[2i+1].
+ *
+ * Under a gate the tile need not be multiplied by W at every pair: it may
+ * hold the state divided by d, the product of the decays since the tile
+ * was last multiplied, while d stays at or above LA_SCALED_TILE_MIN
+ * (gate.h); then the pair adds its rank-one terms divided by its new d and
+ * runs the ungated pass (delta_tile_pairs). A TOKEN gate's d is one number,
+ * kept by the sweep. A CHANNEL gate's is a row vector (scale), kept here:
+ * while no row's d would fall below the bound and a pair follows in the
+ * block, the pair's rows take it (qa d, kn_i d and kb_i+1 d read the tile
+ * for the state before the pair, qh_i+1 d' after it, kd / d' and
+ * kh_i+1 / d' go into it, with d' = W d); otherwise w = W d multiplies the
+ * tile, d becomes 1 and pair[2i+2] is 1. d depends on the gates alone, so
+ * any column split gives the same bits.
+ *
  * Every even i with a successor in the block gets them; a last odd token
- * keeps its features for a one-token sweep. */
-LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, int64_t n, int64_t dkp)
+ * keeps its features for a one-token sweep. scale: dkp floats. */
+LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, float *scale, int64_t n,
+                                int64_t dkp)
 {
     const int64_t fs = DELTA_FEATURES * dkp;
+    const la_vf one = vf_set1(1.0f), least = vf_set1(LA_SCALED_TILE_MIN);
+    for (int64_t x = 0; x < (h->gate == LA_GATE_CHANNEL ? dkp : 0); x += LA_VW)
+        vf_store(scale + x, one);
     for (int64_t i = 0; i + 1 < n; i += 2) {
         float *qh = f + i * fs, *kh = qh + dkp, *a = qh + 2 * dkp, *w = qh + 4 * dkp;
+        float *kn = qh + 3 * dkp;
         const float *a1 = a + fs, *kn1 = qh + fs + 3 * dkp;
-        float *kb1 = qh + fs + 4 * dkp;
+        float *qh1 = qh + fs, *kh1 = qh1 + dkp, *kb1 = qh1 + 4 * dkp;
         la_vf c = vf_zero(), e = vf_zero();
         for (int64_t x = 0; x < dkp; x += LA_VW) {
             c = vf_fma(vf_load(kh + x), vf_load(kn1 + x), c);
             e = vf_fma(vf_load(qh + x), vf_load(kh + x), e);
         }
-        pair[i] = vf_hsum(c);
-        pair[i + 1] = vf_hsum(e);
+        pair[2 * i] = vf_hsum(c);
+        pair[2 * i + 1] = vf_hsum(e);
+        pair[2 * i + 2] = 1.0f; /* CHANNEL: the pass multiplies the tile by w */
         if (h->gate == LA_GATE_CHANNEL) {
+            int keep = i + 3 < n;
+            if (keep) {
+                la_vf low = vf_zero();
+                for (int64_t x = 0; x < dkp; x += LA_VW) {
+                    const la_vf d_next = vf_mul(vf_mul(vf_load(a + x), vf_load(a1 + x)),
+                                                vf_load(scale + x));
+                    low = vf_flag_outside(low, d_next, least, vf_set1(INFINITY));
+                }
+                keep = !vf_any_flag(low);
+            }
+            pair[2 * i + 2] = (float)!keep;
             for (int64_t x = 0; x < dkp; x += LA_VW) {
-                const la_vf ax = vf_load(a + x), a1x = vf_load(a1 + x);
-                vf_store(kb1 + x, vf_mul(ax, vf_load(kn1 + x)));
-                vf_store(qh + x, vf_mul(ax, vf_load(qh + x)));
-                vf_store(kh + x, vf_mul(a1x, vf_load(kh + x)));
-                vf_store(w + x, vf_mul(ax, a1x));
+                const la_vf ax = vf_load(a + x), a1x = vf_load(a1 + x), d = vf_load(scale + x);
+                const la_vf ad = vf_mul(ax, d), wd = vf_mul(vf_mul(ax, a1x), d);
+                /* kept: d' = W d, the rank-one rows divided by it; else d' = 1 */
+                const la_vf to_tile = keep ? vf_div(one, wd) : one;
+                const la_vf d_next = keep ? wd : one;
+                if (!keep)
+                    vf_store(w + x, wd);
+                vf_store(kb1 + x, vf_mul(ad, vf_load(kn1 + x)));
+                vf_store(qh + x, vf_mul(ad, vf_load(qh + x)));
+                vf_store(kn + x, vf_mul(d, vf_load(kn + x)));
+                vf_store(kh + x, vf_mul(vf_mul(a1x, to_tile), vf_load(kh + x)));
+                vf_store(qh1 + x, vf_mul(d_next, vf_load(qh1 + x)));
+                vf_store(kh1 + x, vf_mul(to_tile, vf_load(kh1 + x)));
+                vf_store(scale + x, d_next);
             }
         } else if (h->gate == LA_GATE_TOKEN) {
             const la_vf ax = vf_set1(a[0]), a1x = vf_set1(a1[0]);
@@ -332,15 +372,18 @@ LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const fl
         const float *qh1 = qa + fs, *kh1 = qh1 + dkp, *a1 = qh1 + 2 * dkp;
         const float *kn = i + 2 < n ? f + (i + 2) * fs + 3 * dkp : NULL;
         const float *kb = kn ? f + (i + 3) * fs + kb_row : NULL;
-        /* d after this pair: its decays times d, if the tile keeps them */
+        /* TOKEN: d after this pair, its decays times d, if the tile keeps
+         * them; CHANNEL: the rows are scaled (delta_pair_terms) */
         const float d_next = gate == LA_GATE_TOKEN ? w[0] * d : 1.0f;
-        const int scaled = gate == LA_GATE_TOKEN && kn && d_next >= LA_SCALED_TILE_MIN;
+        const int scaled = gate == LA_GATE_TOKEN     ? kn && d_next >= LA_SCALED_TILE_MIN
+                           : gate == LA_GATE_CHANNEL ? pair[2 * i + 2] == 0.0f
+                                                     : 0;
         /* the sums of the last pass times d are the state's */
         const la_vf at = vf_set1(gate == LA_GATE_TOKEN ? a[0] * d : 1.0f);
         const la_vf at1 = vf_set1(gate == LA_GATE_TOKEN ? a1[0] : 1.0f);
         const la_vf wt = vf_set1(gate == LA_GATE_TOKEN ? w[0] * d : 1.0f);
         const la_vf bv = vf_set1(h->beta[t * beta_ts]), bv1 = vf_set1(h->beta[(t + 1) * beta_ts]);
-        const la_vf cv = vf_set1(pair[i]);
+        const la_vf cv = vf_set1(pair[2 * i]);
         const la_vf to_tile = vf_set1(scaled ? 1.0f / d_next : 1.0f);
         const float *v = v0 + t * v_ts, *v1 = v + v_ts;
         for (int x = 0; x < nv; x++) {
@@ -393,7 +436,7 @@ LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const fl
         /* outputs: the first reads the tile before the pass (times d), the
          * second after it (times d_next where it kept the decays) */
         const float d_out = scaled ? d_next : 1.0f;
-        const la_vf dv0 = vf_set1(d), dv1 = vf_set1(d_out), ev = vf_set1(pair[i + 1] * d_out);
+        const la_vf dv0 = vf_set1(d), dv1 = vf_set1(d_out), ev = vf_set1(pair[2 * i + 1] * d_out);
         float *o = o0 + t * o_ts, *o1 = o + o_ts;
         for (int x = 0; x < nv; x++) {
             if (gate == LA_GATE_TOKEN) {
@@ -422,10 +465,13 @@ static int64_t delta_tile_columns(int64_t dk, int64_t dv)
 static size_t delta_recurrent_bytes(int64_t T, int64_t dk, int64_t nj)
 {
     (void)nj;
-    /* the features of a block, then its pair terms (one float a token) */
+    /* the features of a block and the rows' scale (delta_pair_terms),
+     * then its pair terms (two floats a token) */
     const size_t block = la_size_of_dim(delta_block_tokens(T));
+    const size_t dkp = la_size_of_dim(round_vw(dk));
     return la_size_floats(la_size_add(
-        la_size_mul(la_size_mul(DELTA_FEATURES, block), la_size_of_dim(round_vw(dk))), block));
+        la_size_mul(la_size_add(la_size_mul(DELTA_FEATURES, block), 1), dkp),
+        la_size_mul(2, block)));
 }
 
 /* A whole tile of nv vectors (a constant: no masked accesses) under a
@@ -506,11 +552,10 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
     const int one_token = h->T == 1 && !h->s_packed && !h->s_bf16;
     const int64_t tw = h->s_packed ? DELTA_PACK_TILE : one_token ? delta_step_tile(h) : DELTA_TILE;
     float *f = ws;
-    /* pairs of tokens on a float state (la_head.pair_tokens); their terms
-     * after the features */
-    float *pair = h->pair_tokens && !h->s_bf16
-                      ? f + delta_block_tokens(h->T) * DELTA_FEATURES * dkp
-                      : NULL;
+    /* pairs of tokens on a float state (la_head.pair_tokens): the rows'
+     * scale and their terms after the features */
+    float *scale = f + delta_block_tokens(h->T) * DELTA_FEATURES * dkp;
+    float *pair = h->pair_tokens && !h->s_bf16 ? scale + dkp : NULL;
     float step_acc[DELTA_TILE]; /* a step's next tile's S^T k (la_head.step_acc) */
     int summed = 0;             /* this tile's is in step_acc */
     for (int64_t t0 = 0; t0 < h->T; t0 += DELTA_BLOCK) {
@@ -518,7 +563,7 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
         for (int64_t i = 0; i < n; i++)
             delta_prepare(h, t0 + i, f + i * DELTA_FEATURES * dkp, dkp);
         if (pair)
-            delta_pair_terms(h, f, pair, n, dkp);
+            delta_pair_terms(h, f, pair, scale, n, dkp);
         for (int64_t jb = j0; jb < j0 + nj; jb += tw) {
             const int64_t width = j0 + nj - jb < tw ? j0 + nj - jb : tw;
             const int nv = (int)((width + LA_VW - 1) / LA_VW);

@@ -173,6 +173,7 @@ LA_INLINE la_vf vf_fma(la_vf a, la_vf b, la_vf c) { return _mm512_fmadd_ps(a, b,
 LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return _mm512_mul_ps(a, b); }
 LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return _mm512_sub_ps(a, b); }
 LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return _mm512_add_ps(a, b); }
+LA_INLINE la_vf vf_div(la_vf a, la_vf b) { return _mm512_div_ps(a, b); }
 LA_INLINE float vf_hsum(la_vf x) { return la_hsum(x); }
 /* Four sums at once: each vector's halves added, then a transpose by
  * pairwise adds, the same tree for every vector. */

@@ -124,6 +124,7 @@ LA_INLINE la_vf vf_fma(la_vf a, la_vf b, la_vf c) { return vfmaq_f32(c, a, b); }
 LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return vmulq_f32(a, b); }
 LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return vsubq_f32(a, b); }
 LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return vaddq_f32(a, b); }
+LA_INLINE la_vf vf_div(la_vf a, la_vf b) { return vdivq_f32(a, b); }
 LA_INLINE float vf_hsum(la_vf x) { return vaddvq_f32(x); }
 /* Four sums at once by pairwise adds: (x0 + x1) + (x2 + x3) of each. */
 LA_INLINE void vf_hsum4(la_vf a, la_vf b, la_vf c, la_vf d, float *s)

@@ -34,6 +34,7 @@ LA_INLINE la_vf vf_fma(la_vf a, la_vf b, la_vf c) { return a * b + c; }
 LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return a * b; }
 LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return a - b; }
 LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return a + b; }
+LA_INLINE la_vf vf_div(la_vf a, la_vf b) { return a / b; }
 LA_INLINE float vf_hsum(la_vf x) { return x; }
 LA_INLINE void vf_hsum4(la_vf a, la_vf b, la_vf c, la_vf d, float *s)
 {

@@ -172,8 +172,7 @@ LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, float *
 {
     const int64_t fs = DELTA_FEATURES * dkp;
     const la_vf one = vf_set1(1.0f), least = vf_set1(LA_SCALED_TILE_MIN);
-    for (int64_t x = 0; x < (h->gate == LA_GATE_CHANNEL ? dkp : 0); x += LA_VW)
-        vf_store(scale + x, one);
+    int unit = 1; /* CHANNEL: every row's scale is 1 (scale is not read) */
     for (int64_t i = 0; i + 1 < n; i += 2) {
         float *qh = f + i * fs, *kh = qh + dkp, *a = qh + 2 * dkp, *w = qh + 4 * dkp;
         float *kn = qh + 3 * dkp;
@@ -192,29 +191,36 @@ LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, float *
             if (keep) {
                 la_vf low = vf_zero();
                 for (int64_t x = 0; x < dkp; x += LA_VW) {
-                    const la_vf d_next = vf_mul(vf_mul(vf_load(a + x), vf_load(a1 + x)),
-                                                vf_load(scale + x));
+                    la_vf d_next = vf_mul(vf_load(a + x), vf_load(a1 + x));
+                    if (!unit)
+                        d_next = vf_mul(d_next, vf_load(scale + x));
                     low = vf_flag_outside(low, d_next, least, vf_set1(INFINITY));
                 }
                 keep = !vf_any_flag(low);
             }
             pair[2 * i + 2] = (float)!keep;
             for (int64_t x = 0; x < dkp; x += LA_VW) {
-                const la_vf ax = vf_load(a + x), a1x = vf_load(a1 + x), d = vf_load(scale + x);
-                const la_vf ad = vf_mul(ax, d), wd = vf_mul(vf_mul(ax, a1x), d);
-                /* kept: d' = W d, the rank-one rows divided by it; else d' = 1 */
-                const la_vf to_tile = keep ? vf_div(one, wd) : one;
-                const la_vf d_next = keep ? wd : one;
-                if (!keep)
+                const la_vf ax = vf_load(a + x), a1x = vf_load(a1 + x);
+                /* d: 1 after a pass that multiplied the tile (no products) */
+                const la_vf d = unit ? one : vf_load(scale + x);
+                const la_vf ad = unit ? ax : vf_mul(ax, d), wd = vf_mul(vf_mul(ax, a1x), d);
+                if (!keep) {
                     vf_store(w + x, wd);
+                    vf_store(kh + x, vf_mul(a1x, vf_load(kh + x)));
+                } else {
+                    /* d' = W d, the rank-one rows divided by it */
+                    const la_vf to_tile = vf_div(one, wd);
+                    vf_store(kh + x, vf_mul(vf_mul(a1x, to_tile), vf_load(kh + x)));
+                    vf_store(qh1 + x, vf_mul(wd, vf_load(qh1 + x)));
+                    vf_store(kh1 + x, vf_mul(to_tile, vf_load(kh1 + x)));
+                    vf_store(scale + x, wd);
+                }
                 vf_store(kb1 + x, vf_mul(ad, vf_load(kn1 + x)));
                 vf_store(qh + x, vf_mul(ad, vf_load(qh + x)));
-                vf_store(kn + x, vf_mul(d, vf_load(kn + x)));
-                vf_store(kh + x, vf_mul(vf_mul(a1x, to_tile), vf_load(kh + x)));
-                vf_store(qh1 + x, vf_mul(d_next, vf_load(qh1 + x)));
-                vf_store(kh1 + x, vf_mul(to_tile, vf_load(kh1 + x)));
-                vf_store(scale + x, d_next);
+                if (!unit)
+                    vf_store(kn + x, vf_mul(d, vf_load(kn + x)));
             }
+            unit = !keep;
         } else if (h->gate == LA_GATE_TOKEN) {
             const la_vf ax = vf_set1(a[0]), a1x = vf_set1(a1[0]);
             for (int64_t x = 0; x < dkp; x += LA_VW) {

@@ -150,7 +150,8 @@ static int64_t delta_block_tokens(int64_t T) { return T < DELTA_BLOCK ? T : DELT
  *     (two of each one token at a time), without, two FMAs.
  * So the rows of token i become qa = L_i qh_i, kd = L_i+1 kh_i and (fifth
  * row) w = W (w[0] for TOKEN); kb goes in the fifth row of token i+1
- * (CHANNEL; otherwise it is kn_i+1); c_i is pair[2i], e_i pair[2i+1].
+ * (CHANNEL; otherwise it is kn_i+1); c_i is pair[2i], e_i pair[2i+1]
+ * (and pair[2i+2] is the CHANNEL flag below).
  *
  * Under a gate the tile need not be multiplied by W at every pair: it may
  * hold the state divided by d, the product of the decays since the tile
@@ -185,7 +186,6 @@ LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, float *
         }
         pair[2 * i] = vf_hsum(c);
         pair[2 * i + 1] = vf_hsum(e);
-        pair[2 * i + 2] = 1.0f; /* CHANNEL: the pass multiplies the tile by w */
         if (h->gate == LA_GATE_CHANNEL) {
             int keep = i + 3 < n;
             if (keep) {
@@ -346,7 +346,9 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
  * would not, and the last pair of the call, decays the tile by its decays
  * times d, and d becomes 1 again. So the tile leaves every call as the
  * state, and d depends on the gates alone: any column split gives the same
- * bits. */
+ * bits. Under a CHANNEL gate d is a row vector, folded into the rows by
+ * delta_pair_terms; a pair whose flag is 0 runs the ungated pass as
+ * they stand. */
 LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const float *v0, float *o0,
                                 const float *f, const float *pair, int64_t dkp, int64_t t0,
                                 int64_t n, int nv, int64_t wl, la_gate gate)

@@ -179,25 +179,24 @@ LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, float *
         float *kn = qh + 3 * dkp;
         const float *a1 = a + fs, *kn1 = qh + fs + 3 * dkp;
         float *qh1 = qh + fs, *kh1 = qh1 + dkp, *kb1 = qh1 + 4 * dkp;
-        la_vf c = vf_zero(), e = vf_zero();
+        /* CHANNEL: the rows keep their scale unless one would fall below
+         * the bound or no pair follows in the block */
+        const int may_keep = h->gate == LA_GATE_CHANNEL && i + 3 < n;
+        la_vf c = vf_zero(), e = vf_zero(), low = vf_zero();
         for (int64_t x = 0; x < dkp; x += LA_VW) {
             c = vf_fma(vf_load(kh + x), vf_load(kn1 + x), c);
             e = vf_fma(vf_load(qh + x), vf_load(kh + x), e);
+            if (may_keep) {
+                la_vf d_next = vf_mul(vf_load(a + x), vf_load(a1 + x));
+                if (!unit)
+                    d_next = vf_mul(d_next, vf_load(scale + x));
+                low = vf_flag_outside(low, d_next, least, vf_set1(INFINITY));
+            }
         }
         pair[2 * i] = vf_hsum(c);
         pair[2 * i + 1] = vf_hsum(e);
         if (h->gate == LA_GATE_CHANNEL) {
-            int keep = i + 3 < n;
-            if (keep) {
-                la_vf low = vf_zero();
-                for (int64_t x = 0; x < dkp; x += LA_VW) {
-                    la_vf d_next = vf_mul(vf_load(a + x), vf_load(a1 + x));
-                    if (!unit)
-                        d_next = vf_mul(d_next, vf_load(scale + x));
-                    low = vf_flag_outside(low, d_next, least, vf_set1(INFINITY));
-                }
-                keep = !vf_any_flag(low);
-            }
+            const int keep = may_keep && !vf_any_flag(low);
             pair[2 * i + 2] = (float)!keep;
             for (int64_t x = 0; x < dkp; x += LA_VW) {
                 const la_vf ax = vf_load(a + x), a1x = vf_load(a1 + x);

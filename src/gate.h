@@ -11,7 +11,9 @@ typedef enum { LA_GATE_NONE = 0, LA_GATE_TOKEN, LA_GATE_CHANNEL } la_gate;
  * its tile as the state divided by d, the product of the decays since the
  * tile was last decayed, while d stays at or above this (2^-20): the
  * stored tile is then at most 2^20 times the state (delta_tile_pairs,
- * add_tile_quads). */
+ * add_tile_quads). The delta rule's pairs do the same under a CHANNEL
+ * gate with one d per row, each kept at or above this
+ * (delta_pair_terms). */
 #define LA_SCALED_TILE_MIN 0x1p-20f
 
 /* CALL(g, arg) with g the constant la_gate equal to gate: a kernel's sweep

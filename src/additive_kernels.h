@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "pack.h"
+#include "scaled_rows.h"
 #include "tile_dispatch.h"
 
 enum {
@@ -49,9 +50,13 @@ enum {
      * qh1 . kh1) */
     ADD_ROWS = 5,
     /* a quad's own floats beyond the rows (add_quad): its decay w, then
-     * its ten output coefficients */
-    ADD_QUAD_TERMS = 16
+     * its ten output coefficients, then (TOKEN) ADD_QUAD_LARGE_V */
+    ADD_QUAD_TERMS = 16,
+    /* past the sums' last vf_hsum4: 1 where a v of the quad has
+     * |v| > LA_SCALED_V_MAX (or is NaN) */
+    ADD_QUAD_LARGE_V = 12,
 };
+
 
 static int64_t add_round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
 
@@ -256,10 +261,13 @@ LA_INLINE void add_features_as(const la_head *h, linattn_phi phi, int64_t t0, in
             a[0] = g < LA_EXP_ZERO_BELOW ? 0.0f : gate == LA_GATE_TOKEN ? expf(g) : 1.0f;
         }
         /* quads of whole groups of four, then pairs */
-        if (quads && i % 4 == 3)
-            add_quad(h, f - 3 * ADD_ROWS * dkp, dkp,
-                     add_quad_area(h, f0, n) + i / 4 * add_quad_stride(h));
-        else if (i % 2 == 1 && !(quads && i - i % 4 + 3 < n))
+        if (quads && i % 4 == 3) {
+            float *terms = add_quad_area(h, f0, n) + i / 4 * add_quad_stride(h);
+            add_quad(h, f - 3 * ADD_ROWS * dkp, dkp, terms);
+            if (gate == LA_GATE_TOKEN)
+                terms[dkp + ADD_QUAD_LARGE_V] = (float)la_rows_too_large(h->v + (t - 3) * h->v_ts,
+                                                                         h->v_ts, 4, h->dv);
+        } else if (i % 2 == 1 && !(quads && i - i % 4 + 3 < n))
             add_pair(h, f - ADD_ROWS * dkp, dkp);
     }
     if (h->v_ts != h->dv) { /* rows apart: into the panel (f is past the features) */
@@ -426,7 +434,8 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
         const float *vr = v0 + 4 * g * v_ts;
         /* d after this quad: its decays times d, if the tile keeps them */
         const float d_next = gate == LA_GATE_TOKEN ? terms[0] * d : 1.0f;
-        const int scaled = gate == LA_GATE_TOKEN && g + 1 < quads && d_next >= LA_SCALED_TILE_MIN;
+        const int scaled = gate == LA_GATE_TOKEN && g + 1 < quads && d_next >= LA_SCALED_TILE_MIN &&
+                           terms[dkp + ADD_QUAD_LARGE_V] == 0.0f;
         const float d_out = scaled ? d_next : 1.0f;
         const la_vf wt = vf_set1(gate == LA_GATE_TOKEN ? terms[0] * d : terms[0]);
         const la_vf to_tile = vf_set1(1.0f / d_out);

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "pack.h"
+#include "scaled_rows.h"
 #include "state_rows.h"
 #include "tile_dispatch.h"
 
@@ -151,7 +152,7 @@ static int64_t delta_block_tokens(int64_t T) { return T < DELTA_BLOCK ? T : DELT
  * So the rows of token i become qa = L_i qh_i, kd = L_i+1 kh_i and (fifth
  * row) w = W (w[0] for TOKEN); kb goes in the fifth row of token i+1
  * (CHANNEL; otherwise it is kn_i+1); c_i is pair[2i], e_i pair[2i+1]
- * (and pair[2i+2] is the CHANNEL flag below).
+ * (and pair[2i+2] a gate's flag, below).
  *
  * Under a gate the tile need not be multiplied by W at every pair: it may
  * hold the state divided by d, the product of the decays since the tile
@@ -166,10 +167,15 @@ static int64_t delta_block_tokens(int64_t T) { return T < DELTA_BLOCK ? T : DELT
  * tile, d becomes 1 and pair[2i+2] is 1. d depends on the gates alone, so
  * any column split gives the same bits.
  *
+ * Under a TOKEN gate pair[2i+2] is 1 where a v of the pair is too large
+ * for the sweep to divide u by d (LA_SCALED_V_MAX), so that pair
+ * multiplies the tile.
+ *
  * Every even i with a successor in the block gets them; a last odd token
- * keeps its features for a one-token sweep. scale: dkp floats. */
-LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, float *scale, int64_t n,
-                                int64_t dkp)
+ * keeps its features for a one-token sweep. The block starts at token t0;
+ * scale: dkp floats. */
+LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, float *scale, int64_t t0,
+                                int64_t n, int64_t dkp)
 {
     const int64_t fs = DELTA_FEATURES * dkp;
     const la_vf one = vf_set1(1.0f), least = vf_set1(LA_SCALED_TILE_MIN);
@@ -222,6 +228,8 @@ LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, float *
             unit = !keep;
         } else if (h->gate == LA_GATE_TOKEN) {
             const la_vf ax = vf_set1(a[0]), a1x = vf_set1(a1[0]);
+            const float *v = h->v + (t0 + i) * h->v_ts;
+            pair[2 * i + 2] = (float)la_rows_too_large(v, h->v_ts, 2, h->dv);
             for (int64_t x = 0; x < dkp; x += LA_VW) {
                 vf_store(qh + x, vf_mul(ax, vf_load(qh + x)));
                 vf_store(kh + x, vf_mul(a1x, vf_load(kh + x)));
@@ -382,7 +390,8 @@ LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const fl
         /* TOKEN: d after this pair, its decays times d, if the tile keeps
          * them; CHANNEL: the rows are scaled (delta_pair_terms) */
         const float d_next = gate == LA_GATE_TOKEN ? w[0] * d : 1.0f;
-        const int scaled = gate == LA_GATE_TOKEN     ? kn && d_next >= LA_SCALED_TILE_MIN
+        const int scaled = gate == LA_GATE_TOKEN
+                               ? kn && d_next >= LA_SCALED_TILE_MIN && pair[2 * i + 2] == 0.0f
                            : gate == LA_GATE_CHANNEL ? pair[2 * i + 2] == 0.0f
                                                      : 0;
         /* the sums of the last pass times d are the state's */
@@ -570,7 +579,7 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
         for (int64_t i = 0; i < n; i++)
             delta_prepare(h, t0 + i, f + i * DELTA_FEATURES * dkp, dkp);
         if (pair)
-            delta_pair_terms(h, f, pair, scale, n, dkp);
+            delta_pair_terms(h, f, pair, scale, t0, n, dkp);
         for (int64_t jb = j0; jb < j0 + nj; jb += tw) {
             const int64_t width = j0 + nj - jb < tw ? j0 + nj - jb : tw;
             const int nv = (int)((width + LA_VW - 1) / LA_VW);

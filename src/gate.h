@@ -16,6 +16,11 @@ typedef enum { LA_GATE_NONE = 0, LA_GATE_TOKEN, LA_GATE_CHANNEL } la_gate;
  * (delta_pair_terms). */
 #define LA_SCALED_TILE_MIN 0x1p-20f
 
+/* Such a sweep divides its v (additive) or u (delta) by d: it keeps a
+ * scaled tile only for tokens whose v all lie within +-2^100, so that v / d
+ * stays finite wherever the state does (scaled_rows.h). */
+#define LA_SCALED_V_MAX 0x1p100f
+
 /* CALL(g, arg) with g the constant la_gate equal to gate: a kernel's sweep
  * inlined once per gate, so that the gate is a constant inside it (GCC did
  * not unswitch a sweep on a gate it reads, and kept the tests, a jump and

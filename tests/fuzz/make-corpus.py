@@ -297,6 +297,11 @@ def seeds():
     # Inputs the fuzzer found, kept byte for byte as regression seeds.
     s["found-avx2-token-stride-T1"] = bytes(
         [0, 19, 9, 0, 3, 0, 0, 1, 16, 0, 0, 0, 0, 47] + [118] * 31 + [15, 0])
+    # additive quads under a token gate, v near 2^127 and k near 2^-135:
+    # the scaled tile took v / d and overflowed where the state did not
+    s["found-avx512-quads-large-v"] = bytes(
+        [0, 1, 1, 39, 7, 7, 151, 2, 2, 1, 0, 2, 0, 91, 0, 13, 194, 194, 0, 0] + [194] * 15
+        + [0] * 10 + [115, 114, 0, 2, 0, 0, 0, 0])
     return s
 
 

@@ -57,7 +57,6 @@ enum {
     ADD_QUAD_LARGE_V = 12,
 };
 
-
 static int64_t add_round_vw(int64_t n) { return (n + LA_VW - 1) / LA_VW * LA_VW; }
 
 /* Row t's features: qh = scale phi(q) at f, kh = phi(k) at f + dkp, lanes

@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "pack.h"
-#include "scaled_rows.h"
+#include "outside.h"
 #include "tile_dispatch.h"
 
 enum {

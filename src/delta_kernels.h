@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "pack.h"
-#include "scaled_rows.h"
+#include "outside.h"
 #include "state_rows.h"
 #include "tile_dispatch.h"
 

@@ -18,7 +18,7 @@ typedef enum { LA_GATE_NONE = 0, LA_GATE_TOKEN, LA_GATE_CHANNEL } la_gate;
 
 /* Such a sweep divides its v (additive) or u (delta) by d: it keeps a
  * scaled tile only for tokens whose v all lie within +-2^100, so that v / d
- * stays finite wherever the state does (scaled_rows.h). */
+ * stays finite wherever the state does (outside.h). */
 #define LA_SCALED_V_MAX 0x1p100f
 
 /* CALL(g, arg) with g the constant la_gate equal to gate: a kernel's sweep

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "half.h"
+#include "outside.h"
 #include "stage.h"
 #include "state_rows.h"
 
@@ -211,23 +212,6 @@ static void stage_transpose_out(linattn_dtype t, const float *x, int64_t ldx, in
         stage_transpose(x, ldx, rows, cols, y, ldy, 0, 0);
 }
 
-/* Two flag vectors, so that the compares of one load need not wait for
- * the previous one's: the scan runs at the speed of memory. */
-static int stage_any_outside(const float *x, int64_t n, float lo, float hi)
-{
-    const la_vf vlo = vf_set1(lo), vhi = vf_set1(hi);
-    la_vf f0 = vf_zero(), f1 = vf_zero();
-    int64_t i = 0;
-    for (; i + 2 * LA_VW <= n; i += 2 * LA_VW) {
-        f0 = vf_flag_outside(f0, vf_load(x + i), vlo, vhi);
-        f1 = vf_flag_outside(f1, vf_load(x + i + LA_VW), vlo, vhi);
-    }
-    int bad = vf_any_flag(f0) | vf_any_flag(f1);
-    for (; i < n; i++)
-        bad |= !(x[i] >= lo) | !(x[i] <= hi);
-    return bad;
-}
-
 const la_stage_ops LA_STAGE_OPS = {
     .load = stage_load,
     .store = stage_store,
@@ -236,5 +220,5 @@ const la_stage_ops LA_STAGE_OPS = {
     .beta = stage_beta,
     .transpose_in = stage_transpose_in,
     .transpose_out = stage_transpose_out,
-    .any_outside = stage_any_outside,
+    .any_outside = la_any_outside,
 };

@@ -1,0 +1,42 @@
+/* Private, included after an ISA vocabulary: whether floats hold a NaN or
+ * a value outside [lo, hi]. The gate check's stage op (stage_kernels.h)
+ * scans a run with it; the kernel templates scan a block's v rows with it,
+ * to keep a scaled tile (gate.h) only where v / d stays finite. */
+#ifndef LINATTN_OUTSIDE_H
+#define LINATTN_OUTSIDE_H
+
+#include <stdint.h>
+
+#include "gate.h"
+
+/* 1 if x[0, n) holds a NaN or a value outside [lo, hi]. Two flag
+ * vectors, so that the compares of one load need not wait for the
+ * previous one's (the gate check runs at the speed of memory), then the
+ * tail one float at a time. */
+LA_INLINE int la_any_outside(const float *x, int64_t n, float lo, float hi)
+{
+    const la_vf vlo = vf_set1(lo), vhi = vf_set1(hi);
+    la_vf f0 = vf_zero(), f1 = vf_zero();
+    int64_t i = 0;
+    for (; i + 2 * LA_VW <= n; i += 2 * LA_VW) {
+        f0 = vf_flag_outside(f0, vf_load(x + i), vlo, vhi);
+        f1 = vf_flag_outside(f1, vf_load(x + i + LA_VW), vlo, vhi);
+    }
+    int bad = vf_any_flag(f0) | vf_any_flag(f1);
+    for (; i < n; i++)
+        bad |= !(x[i] >= lo) | !(x[i] <= hi);
+    return bad;
+}
+
+/* 1 if a value of rows x + i * ts, i < rows, n floats each, lies outside
+ * +-LA_SCALED_V_MAX or is NaN. Whole rows, so that the answer does not
+ * depend on which columns a unit works on. */
+LA_INLINE int la_rows_too_large(const float *x, int64_t ts, int64_t rows, int64_t n)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < rows; i++)
+        bad |= la_any_outside(x + i * ts, n, -LA_SCALED_V_MAX, LA_SCALED_V_MAX);
+    return bad;
+}
+
+#endif

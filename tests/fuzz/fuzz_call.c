@@ -11,7 +11,8 @@
  *    NULL, overlap...) fails; a plainly valid one succeeds;
  *  - on failure not one byte of any buffer changed;
  *  - on success nothing outside o and the state changed, the outputs agree
- *    with reference.c within its error bound (and so are finite) whenever
+ *    with reference.c within its error bound (and so are finite, but for a
+ *    16-bit value past its type's range: the infinity of its sign) whenever
  *    the inputs are finite and no fp32 overflow is possible, and a rerun with
  *    num_threads = 1 gives the same bits.
  *
@@ -165,6 +166,25 @@ static double unit_roundoff(linattn_dtype t)
  * relative bound above does not hold; bfloat16's, at float's range, are
  * within the checks' 1e-37) */
 static double subnormal_roundoff(linattn_dtype t) { return t == LINATTN_F16 ? 0x1p-25 : 0.0; }
+
+/* the least magnitude that rounds to infinity in t (round to nearest, even):
+ * the largest finite value plus half its spacing. A value the reference
+ * puts at or past it may be stored as an infinity of its sign. */
+static double overflow_threshold(linattn_dtype t)
+{
+    return t == LINATTN_F16    ? 65520.0
+           : t == LINATTN_BF16 ? 0x1.ffp127 + 0x1p119
+                               : 0x1.fffffep127 + 0x1p103;
+}
+
+/* got agrees with ref to within tol, or is the infinity of ref's sign that
+ * rounding ref to t may give */
+static int agrees(double got, double ref, double tol, linattn_dtype t)
+{
+    if (fabs(got - ref) <= tol)
+        return 1;
+    return isinf(got) && (got > 0) == (ref > 0) && fabs(ref) + tol >= overflow_threshold(t);
+}
 
 static float special(void)
 {
@@ -931,7 +951,7 @@ static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, cons
                 if (fabs(ref) > 1e30)
                     continue;
                 tol = tol * (1 + uo) + uo * fabs(ref) + ao;
-                if (!(fabs((double)got - ref) <= tol + 1e-37)) {
+                if (!agrees(got, ref, tol + 1e-37, c->dt[BO])) {
                     char where[96];
                     snprintf(where, sizeof where, "o[b=%lld,h=%lld,t=%lld,%lld]", (long long)b,
                              (long long)h, (long long)t, (long long)j);
@@ -944,7 +964,7 @@ static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, cons
                 const double tol = 2 * (gamma * rs[i].a + rs[i].m + out.flush_o) * (1 + us) +
                                    us * fabs(rs[i].v) + as + 1e-37;
                 const float got = read_typed(c->dt[BS], c->ptr[BS], s_at + i);
-                if (!(fabs((double)got - rs[i].v) <= tol)) {
+                if (!agrees(got, rs[i].v, tol, c->dt[BS])) {
                     char where[96];
                     snprintf(where, sizeof where, "s[b=%lld,h=%lld][%lld]", (long long)b, (long long)h,
                              (long long)i);

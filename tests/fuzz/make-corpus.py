@@ -294,6 +294,11 @@ def seeds():
     s["dtypes-config-0.3-padded-run"] = call(gate="channel", serve=run,
                                              ext=ext(**bf16, gate_act=1, m=7), **d)
     s["dtypes-config-0.3-float32"] = call(gate="token", ext=ext(q="bf16", m=7), **d)
+    # a float16 o past 65504 (large v into a bfloat16 state): stored as infinity, which the
+    # model must accept (the fuzzer stopped on such a call on avx2)
+    s["dtypes-delta-step-f16-o-overflow"] = call(
+        kind="delta_step", phi="identity", gate="channel", regimes={"v": 3, "g": 1, "s": 2},
+        serve=run, ext=ext(q="bf16", k="f16", v="f32", beta="bf16", o="f16", s="bf16"))
     # Inputs the fuzzer found, kept byte for byte as regression seeds.
     s["found-avx2-token-stride-T1"] = bytes(
         [0, 19, 9, 0, 3, 0, 0, 1, 16, 0, 0, 0, 0, 47] + [118] * 31 + [15, 0])

@@ -1108,6 +1108,48 @@ START_TEST(pair_sweeps_match_oracle)
 }
 END_TEST
 
+/* Pairs under a token gate keep the tile divided by the decays while that
+ * stays above LA_SCALED_TILE_MIN, and so divide u by them; a pair whose v
+ * is near float's range must multiply the tile instead, or u / d
+ * overflows where the state does not. Two tokens mid-block get |v| up to
+ * 2^120 when d is about 2^-14 (log-decay -1 a token); the results are
+ * finite and match the oracle on 1 and 3 threads (each unit looks at the
+ * rows itself) and on the packed copy. */
+START_TEST(pair_sweeps_large_v)
+{
+    la_tuning pairs = *la_active_kernels()->delta_tuning;
+    pairs.delta_pair_from_T[LA_GATE_TOKEN] = 2;
+    static const int64_t dims[] = {17, 64, 128};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (int run = 0; run < 3; run++) {
+            dspec sp = dspec_default(1, 2, 40, dims[di], dims[di]);
+            sp.gate = LINATTN_GATE_TOKEN;
+            sp.algo = LINATTN_ALGO_RECURRENT;
+            sp.with_state = 1;
+            sp.g_lo = sp.g_hi = -1.0f;
+            sp.beta_lo = 0.5f, sp.beta_hi = 1.0f;
+            dproblem p;
+            dproblem_make(&p, &sp);
+            const linattn_config *c = &p.cfg;
+            for (int64_t h = 0; h < c->heads; h++)
+                for (int64_t t = 8; t < 10; t++)
+                    for (int64_t j = 0; j < c->dv; j++) {
+                        float *v = p.v + h * c->v.head + t * c->v.token + j;
+                        *v = ldexpf(*v / 5.0f, 120);
+                    }
+            pairs.delta_pack_from_T = run == 2 ? 1 : LA_TUNE_NEVER;
+            la_force_table_tuning(table, NULL, &pairs);
+            p.cfg.num_threads = run == 1 ? 3 : 1;
+            ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
+            expect_matches_oracle(&p, run == 0   ? "pairs, large v"
+                                      : run == 1 ? "pairs, large v, 3 threads"
+                                                 : "pairs, large v, packed");
+            dproblem_free(&p);
+        }
+    la_force_table(table);
+}
+END_TEST
+
 /* ---- one-token tiles (tuning.h: delta_step_columns) ------------------------ */
 
 /* A decode step (and a one-token forward) gives the same bits on tiles of
@@ -1351,6 +1393,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, packed_pool_same_bits);
     tcase_add_test(oracle, step_tiles_same_bits);
     tcase_add_test(oracle, pair_sweeps_match_oracle);
+    tcase_add_test(oracle, pair_sweeps_large_v);
     suite_add_tcase(s, oracle);
 
     TCase *bad = tcase_create("bad_input");

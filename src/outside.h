@@ -9,6 +9,15 @@
 
 #include "gate.h"
 
+/* Floats ahead of the scan that la_any_outside asks memory for: 4 KiB.
+ * On a Xeon model 207 (one core) a scan of 64 MiB took 6.2 ms with it
+ * against 8.1 from memory (the hardware prefetchers alone keep too few
+ * lines in flight), and a channel gate's check 2.9 ms against 3.2 from
+ * L3. Fetched into every level (a non-temporal hint made a T = 4096
+ * channel-gated forward 7% slower: the kernels read g again after the
+ * check, and found it in L3 no more). */
+#define LA_SCAN_AHEAD 1024
+
 /* 1 if x[0, n) holds a NaN or a value outside [lo, hi]. Two flag
  * vectors, so that the compares of one load need not wait for the
  * previous one's (the gate check runs at the speed of memory), then the
@@ -19,6 +28,9 @@ LA_INLINE int la_any_outside(const float *x, int64_t n, float lo, float hi)
     la_vf f0 = vf_zero(), f1 = vf_zero();
     int64_t i = 0;
     for (; i + 2 * LA_VW <= n; i += 2 * LA_VW) {
+        if (i + LA_SCAN_AHEAD + 2 * LA_VW <= n)
+            for (int64_t b = 0; b < 2 * LA_VW; b += 16) /* each 64-byte line */
+                __builtin_prefetch(x + i + LA_SCAN_AHEAD + b, 0, 3);
         f0 = vf_flag_outside(f0, vf_load(x + i), vlo, vhi);
         f1 = vf_flag_outside(f1, vf_load(x + i + LA_VW), vlo, vhi);
     }

@@ -29,7 +29,8 @@ LA_INLINE int la_any_outside(const float *x, int64_t n, float lo, float hi)
     int64_t i = 0;
     for (; i + 2 * LA_VW <= n; i += 2 * LA_VW) {
         if (i + LA_SCAN_AHEAD + 2 * LA_VW <= n)
-            for (int64_t b = 0; b < 2 * LA_VW; b += 16) /* each 64-byte line */
+            /* once per 16 floats (a 64-byte line), whatever the width */
+            for (int64_t b = (16 - i % 16) % 16; b < 2 * LA_VW; b += 16)
                 __builtin_prefetch(x + i + LA_SCAN_AHEAD + b, 0, 3);
         f0 = vf_flag_outside(f0, vf_load(x + i), vlo, vhi);
         f1 = vf_flag_outside(f1, vf_load(x + i + LA_VW), vlo, vhi);

@@ -298,7 +298,8 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
         const la_vf bv = vf_set1(h->beta[t * beta_ts]);
         const float *v = v0 + t * v_ts;
         for (int x = 0; x < nv; x++) {
-            u[x] = vf_mul(bv, vf_sub(LD(v, x), gate == LA_GATE_TOKEN ? vf_mul(acc[x], at) : acc[x]));
+            const la_vf sum = gate == LA_GATE_TOKEN ? vf_mul(acc[x], at) : acc[x];
+            u[x] = vf_mul(bv, vf_sub(LD(v, x), sum));
             acc[x] = vf_zero();
             out[x] = vf_zero();
         }

@@ -173,7 +173,7 @@ static double subnormal_roundoff(linattn_dtype t) { return t == LINATTN_F16 ? 0x
 static double overflow_threshold(linattn_dtype t)
 {
     return t == LINATTN_F16    ? 65520.0
-           : t == LINATTN_BF16 ? 0x1.ffp127 + 0x1p119
+           : t == LINATTN_BF16 ? 0x1.fep127 + 0x1p119
                                : 0x1.fffffep127 + 0x1p103;
 }
 

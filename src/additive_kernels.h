@@ -53,7 +53,8 @@ enum {
      * its ten output coefficients, then (TOKEN) ADD_QUAD_LARGE_V */
     ADD_QUAD_TERMS = 16,
     /* past the sums' last vf_hsum4: 1 where a v of the quad has
-     * |v| > LA_SCALED_V_MAX (or is NaN) */
+     * |v| > LA_SCALED_V_MAX (or is NaN), 0 where none has, -1 until the
+     * sweep has looked (add_quad_v_large) */
     ADD_QUAD_LARGE_V = 12,
 };
 
@@ -263,9 +264,8 @@ LA_INLINE void add_features_as(const la_head *h, linattn_phi phi, int64_t t0, in
         if (quads && i % 4 == 3) {
             float *terms = add_quad_area(h, f0, n) + i / 4 * add_quad_stride(h);
             add_quad(h, f - 3 * ADD_ROWS * dkp, dkp, terms);
-            if (gate == LA_GATE_TOKEN)
-                terms[dkp + ADD_QUAD_LARGE_V] = (float)la_rows_too_large(h->v + (t - 3) * h->v_ts,
-                                                                         h->v_ts, 4, h->dv);
+            if (gate == LA_GATE_TOKEN) /* v not yet looked at (add_quad_v_large) */
+                terms[dkp + ADD_QUAD_LARGE_V] = -1.0f;
         } else if (i % 2 == 1 && !(quads && i - i % 4 + 3 < n))
             add_pair(h, f - ADD_ROWS * dkp, dkp);
     }
@@ -396,6 +396,17 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const flo
 #undef DECAY
 }
 
+/* TOKEN: whether a v of a quad (rows v, v_ts apart) is too large for the
+ * sweep to divide it by d (LA_SCALED_V_MAX); flag is the quad's
+ * ADD_QUAD_LARGE_V slot, -1 until the first tile to ask has looked at the
+ * whole rows, just before its sweep reads them (as delta_pair_v_large). */
+LA_INLINE int add_quad_v_large(const la_head *h, float *flag, const float *v, int64_t v_ts)
+{
+    if (flag[ADD_QUAD_LARGE_V] < 0.0f)
+        flag[ADD_QUAD_LARGE_V] = (float)la_rows_too_large(v, v_ts, 4, h->dv);
+    return flag[ADD_QUAD_LARGE_V] != 0.0f;
+}
+
 /* The first 4 * quads tokens of a block (add_quad; their terms at quad) on
  * nv <= LA_ADD_QUAD_NV vectors of columns, as add_tile_tokens does pairs:
  * per quad one read-write pass sums S^T (P_j qh_j) for the four outputs
@@ -406,13 +417,14 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const flo
  * (as delta_tile_pairs does): a quad that keeps d >= LA_SCALED_TILE_MIN adds
  * its v divided by its new d (once per vector) without touching the old
  * rows, and its outputs take d (the sums) and the new d (the ten
- * coefficients) as factors; a quad that would not, and the last quad of
- * the call, decays the tile by P_4 d, and d becomes 1. So every call
- * leaves the state itself, and d depends on the gates alone. */
+ * coefficients) as factors; a quad that would not, one whose v is too
+ * large to divide (add_quad_v_large), and the last quad of the block,
+ * decay the tile by P_4 d, and d becomes 1. So every call leaves the state
+ * itself, and d depends on the gates and v alone. */
 LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const float *v0,
-                              int64_t v_ts, float *o0, int64_t o_ts, const float *f,
-                              const float *quad, const float *inv, int64_t quads, int nv,
-                              int64_t wl, la_gate gate)
+                              const float *v_rows, int64_t v_ts, float *o0, int64_t o_ts,
+                              const float *f, float *quad, const float *inv, int64_t quads,
+                              int nv, int64_t wl, la_gate gate)
 {
     const int64_t dk = h->dk, dkp = add_round_vw(dk), fs = ADD_ROWS * dkp;
     const int64_t stride = add_quad_stride(h);
@@ -424,7 +436,8 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
     ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
     float d = 1.0f; /* TOKEN: the state is d times the tile (above) */
     for (int64_t g = 0; g < quads; g++) {
-        const float *f1 = f + 4 * g * fs, *terms = quad + g * stride;
+        const float *f1 = f + 4 * g * fs;
+        float *terms = quad + g * stride;
         /* (without a gate add_quad leaves qh and kh as they are) */
         const float *qa1 = f1 + (gate == LA_GATE_NONE ? 0 : 3 * dkp), *qa2 = qa1 + fs,
                     *qa3 = qa2 + fs, *qa4 = qa3 + fs;
@@ -434,7 +447,7 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
         /* d after this quad: its decays times d, if the tile keeps them */
         const float d_next = gate == LA_GATE_TOKEN ? terms[0] * d : 1.0f;
         const int scaled = gate == LA_GATE_TOKEN && g + 1 < quads && d_next >= LA_SCALED_TILE_MIN &&
-                           terms[dkp + ADD_QUAD_LARGE_V] == 0.0f;
+                           !add_quad_v_large(h, terms + dkp, v_rows + 4 * g * v_ts, v_ts);
         const float d_out = scaled ? d_next : 1.0f;
         const la_vf wt = vf_set1(gate == LA_GATE_TOKEN ? terms[0] * d : terms[0]);
         const la_vf to_tile = vf_set1(1.0f / d_out);
@@ -510,13 +523,13 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
 /* The quads of a block on sub-tiles of LA_ADD_QUAD_NV vectors of a tile of
  * nv (the last wl lanes wide), each sub-tile through all of them. */
 static void add_quads_dispatch(const la_head *h, float *s, int64_t ld, const float *v,
-                               int64_t v_ts, float *o, int64_t o_ts, const float *f,
-                               const float *quad, const float *inv, int64_t quads, int nv,
-                               int64_t wl)
+                               const float *v_rows, int64_t v_ts, float *o, int64_t o_ts,
+                               const float *f, float *quad, const float *inv, int64_t quads,
+                               int nv, int64_t wl)
 {
 #define ADD_QUADS_AT(kk, kwl, g)                                                                  \
-    add_tile_quads(h, s + x0 * LA_VW, ld, v + x0 * LA_VW, v_ts, o + x0 * LA_VW, o_ts, f, quad,   \
-                   inv, quads, kk, kwl, g)
+    add_tile_quads(h, s + x0 * LA_VW, ld, v + x0 * LA_VW, v_rows, v_ts, o + x0 * LA_VW, o_ts, f, \
+                   quad, inv, quads, kk, kwl, g)
 #define ADD_QUADS_WHOLE(g, NV) ADD_QUADS_AT(NV, LA_VW, g)
 #define ADD_QUADS(kk) ADD_QUADS_AT(kk, kwl, h->gate)
     LA_SUB_TILES(nv, wl, LA_ADD_QUAD_NV, h->gate, ADD_QUADS_WHOLE, ADD_QUADS);
@@ -552,7 +565,7 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
     const float *vp = direct_v ? h->v + t0 * h->dv : panel;
     float *op = direct_o ? h->o + t0 * h->dv : panel + n * dvp;
     const int64_t vs = direct_v ? h->dv : dvp, os = direct_o ? h->dv : dvp;
-    const float *quad = add_quad_area(h, f, n);
+    float *quad = add_quad_area(h, f, n);
     const int64_t quads = h->quad_tokens ? n / 4 : 0;
     /* the next block's o rows, only this unit's columns: another thread
      * may be writing the rest of them */
@@ -569,7 +582,7 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
         const int64_t ld = h->s_packed ? ADD_PACK_LD : h->dv;
         const float *v = vp + jb;
         if (quads) /* then the tokens after them in pairs */
-            add_quads_dispatch(h, s, ld, v, vs, o, os, f, quad, inv, quads, nv, wl);
+            add_quads_dispatch(h, s, ld, v, vp, vs, o, os, f, quad, inv, quads, nv, wl);
         const int64_t done = 4 * quads, rest = n - done;
         if (rest == 0)
             continue;

@@ -620,6 +620,50 @@ START_TEST(quad_sweeps_match_oracle)
 }
 END_TEST
 
+/* Quads under a token gate keep the tile divided by the decays while that
+ * stays above LA_SCALED_TILE_MIN, and so divide v by them; a quad whose v
+ * is near float's range must decay the tile instead, or v / d overflows
+ * where the state does not. The quad of tokens 8-11 gets |v| up to 2^120
+ * where d is about 2^-17 (log-decay -1 a token): the results are finite
+ * and match the oracle, with v rows one after another and apart (copied
+ * into the block's panel), on 1 and 3 threads (each unit looks at the
+ * rows itself) and on the packed copy. */
+START_TEST(quad_sweeps_large_v)
+{
+    la_tuning quads = *la_active_kernels()->additive_tuning;
+    quads.additive_quad_from_T[LA_GATE_TOKEN] = 4;
+    static const int64_t dims[] = {17, 64, 128};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (int run = 0; run < 4; run++) {
+            spec sp = spec_default(1, 2, 40, dims[di], dims[di]);
+            sp.gate = LINATTN_GATE_TOKEN;
+            sp.algo = LINATTN_ALGO_RECURRENT;
+            sp.phi = LINATTN_PHI_IDENTITY;
+            sp.normalize = 0;
+            sp.with_state = 1;
+            sp.g_lo = sp.g_hi = -1.0f;
+            sp.layout = run == 3 ? LAYOUT_BTHD : LAYOUT_BHTD;
+            problem p;
+            problem_make(&p, &sp);
+            const linattn_config *c = &p.cfg;
+            for (int64_t h = 0; h < c->heads; h++)
+                for (int64_t t = 8; t < 12; t++)
+                    for (int64_t j = 0; j < c->dv; j++) {
+                        float *v = p.v + h * c->v.head + t * c->v.token + j;
+                        *v = ldexpf(*v, 120);
+                    }
+            quads.additive_pack_from_T = run == 2 ? 1 : LA_TUNE_NEVER;
+            la_force_table_tuning(table, &quads, NULL);
+            p.cfg.num_threads = run == 1 ? 3 : 1;
+            ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+            ck_assert_msg(problem_error(&p) <= 1.0, "quads, large v (run %d): %s", run,
+                          spec_name(&sp));
+            problem_free(&p);
+        }
+    la_force_table(table);
+}
+END_TEST
+
 /* qk_l2norm normalises the q and k rows of a block or chunk just before the
  * ops read them. A sequence of many blocks and chunks, fed in two calls that
  * carry the state (split inside a block), gives the same bits on 1, 2 and 3
@@ -738,6 +782,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, threads_bitwise_equal);
     tcase_add_test(oracle, packed_state_same_bits);
     tcase_add_test(oracle, quad_sweeps_match_oracle);
+    tcase_add_test(oracle, quad_sweeps_large_v);
     tcase_add_test(oracle, l2norm_blocks_threads_and_calls);
     tcase_add_test(oracle, nan_propagates_only_forward);
     suite_add_tcase(s, oracle);

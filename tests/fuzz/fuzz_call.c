@@ -1359,6 +1359,8 @@ static int run(const uint8_t *data, size_t size)
             c.ptr[b] = (float *)(uintptr_t)64; /* must never be touched */
         else if (!fits || c.place[b] == 0)
             c.ptr[b] = allocs[b].block ? allocs[b].data : NULL;
+        else if (!allocs[c.host[b]].block) /* ignored, inside a host that has no memory */
+            c.ptr[b] = NULL;
         else
             c.ptr[b] = allocs[c.host[b]].data + c.offset[b];
         if (!fits && c.place[b] < 2)

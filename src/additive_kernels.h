@@ -54,7 +54,7 @@ enum {
     ADD_QUAD_TERMS = 16,
     /* past the sums' last vf_hsum4: 1 where a v of the quad has
      * |v| > LA_SCALED_V_MAX (or is NaN), 0 where none has, -1 until the
-     * sweep has looked (add_quad_v_large) */
+     * sweep has looked (la_rows_too_large_once) */
     ADD_QUAD_LARGE_V = 12,
 };
 
@@ -264,7 +264,7 @@ LA_INLINE void add_features_as(const la_head *h, linattn_phi phi, int64_t t0, in
         if (quads && i % 4 == 3) {
             float *terms = add_quad_area(h, f0, n) + i / 4 * add_quad_stride(h);
             add_quad(h, f - 3 * ADD_ROWS * dkp, dkp, terms);
-            if (gate == LA_GATE_TOKEN) /* v not yet looked at (add_quad_v_large) */
+            if (gate == LA_GATE_TOKEN) /* v not yet looked at (la_rows_too_large_once) */
                 terms[dkp + ADD_QUAD_LARGE_V] = -1.0f;
         } else if (i % 2 == 1 && !(quads && i - i % 4 + 3 < n))
             add_pair(h, f - ADD_ROWS * dkp, dkp);
@@ -396,17 +396,6 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const flo
 #undef DECAY
 }
 
-/* TOKEN: whether a v of a quad (rows v, v_ts apart) is too large for the
- * sweep to divide it by d (LA_SCALED_V_MAX); flag is the quad's
- * ADD_QUAD_LARGE_V slot, -1 until the first tile to ask has looked at the
- * whole rows, just before its sweep reads them (as delta_pair_v_large). */
-LA_INLINE int add_quad_v_large(const la_head *h, float *flag, const float *v, int64_t v_ts)
-{
-    if (flag[ADD_QUAD_LARGE_V] < 0.0f)
-        flag[ADD_QUAD_LARGE_V] = (float)la_rows_too_large(v, v_ts, 4, h->dv);
-    return flag[ADD_QUAD_LARGE_V] != 0.0f;
-}
-
 /* The first 4 * quads tokens of a block (add_quad; their terms at quad) on
  * nv <= LA_ADD_QUAD_NV vectors of columns, as add_tile_tokens does pairs:
  * per quad one read-write pass sums S^T (P_j qh_j) for the four outputs
@@ -418,7 +407,7 @@ LA_INLINE int add_quad_v_large(const la_head *h, float *flag, const float *v, in
  * its v divided by its new d (once per vector) without touching the old
  * rows, and its outputs take d (the sums) and the new d (the ten
  * coefficients) as factors; a quad that would not, one whose v is too
- * large to divide (add_quad_v_large), and the last quad of the block,
+ * large to divide (la_rows_too_large_once), and the last quad of the block,
  * decay the tile by P_4 d, and d becomes 1. So every call leaves the state
  * itself, and d depends on the gates and v alone. */
 LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const float *v0,
@@ -447,7 +436,8 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
         /* d after this quad: its decays times d, if the tile keeps them */
         const float d_next = gate == LA_GATE_TOKEN ? terms[0] * d : 1.0f;
         const int scaled = gate == LA_GATE_TOKEN && g + 1 < quads && d_next >= LA_SCALED_TILE_MIN &&
-                           !add_quad_v_large(h, terms + dkp, v_rows + 4 * g * v_ts, v_ts);
+                           !la_rows_too_large_once(terms + dkp + ADD_QUAD_LARGE_V,
+                                                   v_rows + 4 * g * v_ts, v_ts, 4, h->dv);
         const float d_out = scaled ? d_next : 1.0f;
         const la_vf wt = vf_set1(gate == LA_GATE_TOKEN ? terms[0] * d : terms[0]);
         const la_vf to_tile = vf_set1(1.0f / d_out);

@@ -170,7 +170,7 @@ static int64_t delta_block_tokens(int64_t T) { return T < DELTA_BLOCK ? T : DELT
  * Under a TOKEN gate pair[2i+2] is 1 where a v of the pair is too large
  * for the sweep to divide u by d (LA_SCALED_V_MAX), so that pair
  * multiplies the tile; it is -1 here, until the sweep's first tile finds
- * out (delta_pair_v_large).
+ * out (la_rows_too_large_once).
  *
  * Every even i with a successor in the block gets them; a last odd token
  * keeps its features for a one-token sweep. scale: dkp floats. */
@@ -228,7 +228,7 @@ LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, float *
             unit = !keep;
         } else if (h->gate == LA_GATE_TOKEN) {
             const la_vf ax = vf_set1(a[0]), a1x = vf_set1(a1[0]);
-            pair[2 * i + 2] = -1.0f; /* v not yet looked at (delta_pair_v_large) */
+            pair[2 * i + 2] = -1.0f; /* v not yet looked at (la_rows_too_large_once) */
             for (int64_t x = 0; x < dkp; x += LA_VW) {
                 vf_store(qh + x, vf_mul(ax, vf_load(qh + x)));
                 vf_store(kh + x, vf_mul(a1x, vf_load(kh + x)));
@@ -236,18 +236,6 @@ LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, float *
             w[0] = a[0] * a1[0];
         }
     }
-}
-
-/* TOKEN: whether a v of pair i (tokens t, t + 1) is too large for its u
- * to be divided by d (LA_SCALED_V_MAX). The first tile to ask looks at the
- * whole rows, just before its sweep reads them, and keeps the answer for
- * the block's other tiles: read ahead of the sweeps, for every pair at
- * once, the rows cost a token-gated forward about 3% on a Xeon. */
-LA_INLINE int delta_pair_v_large(const la_head *h, float *pair, int64_t i, int64_t t)
-{
-    if (pair[2 * i + 2] < 0.0f)
-        pair[2 * i + 2] = (float)la_rows_too_large(h->v + t * h->v_ts, h->v_ts, 2, h->dv);
-    return pair[2 * i + 2] != 0.0f;
 }
 
 /* Tokens t0..t0+n-1 on nv vectors of columns of S (rows ld elements apart;
@@ -404,7 +392,8 @@ LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const fl
         const float d_next = gate == LA_GATE_TOKEN ? w[0] * d : 1.0f;
         const int scaled = gate == LA_GATE_TOKEN
                                ? kn && d_next >= LA_SCALED_TILE_MIN &&
-                                     !delta_pair_v_large(h, pair, i, t)
+                                     !la_rows_too_large_once(pair + 2 * i + 2, h->v + t * h->v_ts,
+                                                             h->v_ts, 2, h->dv)
                            : gate == LA_GATE_CHANNEL ? pair[2 * i + 2] == 0.0f
                                                      : 0;
         /* the sums of the last pass times d are the state's */

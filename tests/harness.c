@@ -61,6 +61,17 @@ float *copy_floats(const float *x, size_t n)
     return y;
 }
 
+void scale_value_rows(const linattn_config *c, float *v, int64_t t0, int64_t t1, float factor)
+{
+    for (int64_t b = 0; b < c->batch; b++)
+        for (int64_t h = 0; h < c->heads; h++)
+            for (int64_t t = t0; t < t1; t++)
+                for (int64_t j = 0; j < c->dv; j++) {
+                    float *x = v + b * c->v.batch + h * c->v.head + t * c->v.token + j;
+                    *x *= factor;
+                }
+}
+
 float *guarded_floats(problem *p, size_t n, int unaligned)
 {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);

@@ -55,6 +55,9 @@ float rand_uniform(float lo, float hi);
 float *guarded_floats(problem *p, size_t n, int unaligned);
 /* A malloc'd copy of n floats (aborts when out of memory); free it. */
 float *copy_floats(const float *x, size_t n);
+/* v of tokens [t0, t1) of every batch and head, as c's strides place it,
+ * times factor (values near float's range). */
+void scale_value_rows(const linattn_config *c, float *v, int64_t t0, int64_t t1, float factor);
 void problem_make(problem *p, const spec *sp);
 void problem_free(problem *p);
 linattn_status problem_forward(problem *p);

@@ -1130,13 +1130,7 @@ START_TEST(pair_sweeps_large_v)
             sp.beta_lo = 0.5f, sp.beta_hi = 1.0f;
             dproblem p;
             dproblem_make(&p, &sp);
-            const linattn_config *c = &p.cfg;
-            for (int64_t h = 0; h < c->heads; h++)
-                for (int64_t t = 8; t < 10; t++)
-                    for (int64_t j = 0; j < c->dv; j++) {
-                        float *v = p.v + h * c->v.head + t * c->v.token + j;
-                        *v = ldexpf(*v / 5.0f, 120);
-                    }
+            scale_value_rows(&p.cfg, p.v, 8, 10, 0x1p120f / 5.0f); /* v up to 5 */
             pairs.delta_pack_from_T = run == 2 ? 1 : LA_TUNE_NEVER;
             la_force_table_tuning(table, NULL, &pairs);
             p.cfg.num_threads = run == 1 ? 3 : 1;

@@ -645,13 +645,7 @@ START_TEST(quad_sweeps_large_v)
             sp.layout = run == 3 ? LAYOUT_BTHD : LAYOUT_BHTD;
             problem p;
             problem_make(&p, &sp);
-            const linattn_config *c = &p.cfg;
-            for (int64_t h = 0; h < c->heads; h++)
-                for (int64_t t = 8; t < 12; t++)
-                    for (int64_t j = 0; j < c->dv; j++) {
-                        float *v = p.v + h * c->v.head + t * c->v.token + j;
-                        *v = ldexpf(*v, 120);
-                    }
+            scale_value_rows(&p.cfg, p.v, 8, 12, 0x1p120f);
             quads.additive_pack_from_T = run == 2 ? 1 : LA_TUNE_NEVER;
             la_force_table_tuning(table, &quads, NULL);
             p.cfg.num_threads = run == 1 ? 3 : 1;

@@ -95,8 +95,12 @@ fi
 setup build-asan -Doptimization=1 -Ddebug=true -Db_sanitize=address,undefined \
     -Db_lundef=false -Dc_args=-fno-sanitize-recover=all -Dsimde=$simde
 # allocator_may_return_null: the api suite asks for impossible workspaces
-# and expects an error, not ASan's abort.
-ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
+# and expects an error, not ASan's abort. malloc_fill_byte: every
+# allocation (the library's workspaces too) starts as NaN, so a kernel
+# that reads workspace it never wrote fails every time, not only when the
+# heap happens to hold a bad value there.
+nan_fill=malloc_fill_byte=255:max_malloc_fill_size=67108864
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:$nan_fill UBSAN_OPTIONS=print_stacktrace=1 \
     meson test -C build-asan -v --print-errorlogs \
     --suite kernels --suite delta --suite api --suite dispatch --suite tools \
     --suite fuzz --suite threads --suite serve --suite dtypes

@@ -821,6 +821,68 @@ START_TEST(plan_run_bad_ranges)
 }
 END_TEST
 
+/* Many short sequences on more threads than this machine may have cores,
+ * units handed out as threads come free: a plain pool (sequence n in slot
+ * n, laid out as the contiguous state) gives the bits of the contiguous
+ * call on one thread, call after call. _i: bit 0 delta, _i / 2 % 3 the
+ * gate (none, token, channel), _i >= 6 three tokens (else two: one delta
+ * pair). */
+START_TEST(many_sequences_on_threads)
+{
+    static const linattn_gate gates[3] = {LINATTN_GATE_NONE, LINATTN_GATE_TOKEN,
+                                          LINATTN_GATE_CHANNEL};
+    const int delta = _i & 1;
+    const linattn_gate gate = gates[_i / 2 % 3];
+    const int64_t B = 200, H = 2, T = _i >= 6 ? 3 : 2, dk = 8, dv = 8;
+    linattn_config c;
+    linattn_config_init(&c, B, H, T, dk, dv);
+    linattn_config_set_gate(&c, gate);
+    c.qk_l2norm = delta;
+    c.normalize = !delta;
+    c.phi = delta ? LINATTN_PHI_IDENTITY : LINATTN_PHI_ELU1;
+    c.num_threads = 1;
+    const size_t tokens = (size_t)(B * H * T), state = (size_t)(B * H * dk * dv);
+    float *q = floats(tokens * dk, -1, 1), *k = floats(tokens * dk, -1, 1);
+    float *v = floats(tokens * dv, -1, 1), *beta = floats(tokens, 0, 1);
+    const size_t g_count = gate == LINATTN_GATE_CHANNEL ? tokens * dk : tokens;
+    float *g = gate == LINATTN_GATE_NONE ? NULL : floats(g_count, -1, 0);
+    float *s0 = floats(state, -1, 1), *z0 = floats((size_t)(B * H * dk), 0, 1);
+    float *o_ref = floats(tokens * dv, 0, 0), *s_ref = copy_of(s0, state);
+    float *z_ref = copy_of(z0, (size_t)(B * H * dk));
+    const linattn_status st = delta ? linattn_delta_forward(&c, q, k, v, g, beta, o_ref, s_ref)
+                                    : linattn_forward(&c, q, k, v, g, o_ref, s_ref, z_ref);
+    ck_assert_msg(st == LINATTN_OK, "contiguous call: %s", linattn_last_error());
+    const linattn_state_pool pool = {.slots = B, .slot = H * dk * dv, .head = dk * dv,
+                                     .row = dv, .col = 1, .z_slot = H * dk, .z_head = dk};
+    c.num_threads = 4;
+    float *o = malloc(tokens * dv * sizeof(float)), *s = malloc(state * sizeof(float));
+    float *z = malloc((size_t)(B * H * dk) * sizeof(float));
+    for (int run = 0; run < 20; run++) {
+        memset(o, 0x7f, tokens * dv * sizeof(float));
+        memcpy(s, s0, state * sizeof(float));
+        memcpy(z, z0, (size_t)(B * H * dk) * sizeof(float));
+        linattn_operands ops;
+        linattn_operands_init(&ops);
+        ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.o = o, ops.s = s, ops.pool = &pool;
+        if (delta)
+            ops.beta = beta;
+        else
+            ops.z = z;
+        const linattn_status sp =
+            linattn_run(delta ? LINATTN_OP_DELTA_FORWARD : LINATTN_OP_FORWARD, &c, &ops);
+        ck_assert_msg(sp == LINATTN_OK, "pool call: %s", linattn_last_error());
+        ck_assert_msg(memcmp(o, o_ref, tokens * dv * sizeof(float)) == 0,
+                      "run %d: o differs from the contiguous call", run);
+        ck_assert_msg(memcmp(s, s_ref, state * sizeof(float)) == 0,
+                      "run %d: the pool differs from the contiguous call's state", run);
+        ck_assert_msg(delta || memcmp(z, z_ref, (size_t)(B * H * dk) * sizeof(float)) == 0,
+                      "run %d: the pool's z differs from the contiguous call's", run);
+    }
+    free(q), free(k), free(v), free(beta), free(g), free(s0), free(z0);
+    free(o_ref), free(s_ref), free(z_ref), free(o), free(s), free(z);
+}
+END_TEST
+
 static Suite *serve_suite(void)
 {
     Suite *s = suite_create("serve");
@@ -832,6 +894,7 @@ static Suite *serve_suite(void)
     tcase_add_test(pool, spec_decode_form);
     tcase_add_test(pool, spec_matches_vfirst_steps);
     tcase_add_loop_test(pool, packed_without_state, 0, 2);
+    tcase_add_loop_test(pool, many_sequences_on_threads, 0, 12);
     for (int bf16 = 0; bf16 < 2; bf16++)
         tcase_add_loop_test(pool, vfirst_prefill_matches_kfirst, 8 * bf16, 8 * bf16 + 6);
     suite_add_tcase(s, pool);

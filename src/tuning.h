@@ -15,7 +15,7 @@
 /* Machines entries were measured on; cpu.c maps a CPU to the nearest one. */
 typedef enum {
     LA_UARCH_OTHER,            /* none of these: each table's first entry */
-    LA_UARCH_ZEN4,             /* AMD family 0x19 and later (measured: Zen 4) */
+    LA_UARCH_ZEN4,             /* AMD Zen, family 0x17 and later (measured: Zen 4) */
     LA_UARCH_SAPPHIRE_RAPIDS,  /* Intel family 6 with AVX-512 (measured: model 207) */
 } la_uarch;
 

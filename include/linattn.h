@@ -143,7 +143,7 @@ typedef struct {
     linattn_strides q, k, v, o, g; /* init: contiguous [B][H][T][D] ([B][H][T][dk] for g) */
     /* Appended in 0.2.0; a caller built against 0.1 (smaller struct_size)
      * gets the defaults. */
-    int64_t qk_heads;          /* 0 = heads; else q and k have qk_heads heads, heads % qk_heads == 0 */
+    int64_t qk_heads;          /* 0 = heads; else q and k have qk_heads heads (divides heads) */
     linattn_head_map head_map; /* GROUPED */
     int qk_l2norm;             /* 0; 1: q and k scaled to unit L2 norm after phi */
     linattn_strides beta;      /* delta rule only; init: contiguous [B][H][T] */

@@ -83,7 +83,8 @@ static head_ws ws_plan(const la_call *c, int chunked, int64_t chunk, size_t pack
     w.stage = stage_bytes(c, !c->causal ? c->T : chunked ? chunk : 1);
     w.chunk_state = chunked ? state : 0;
     w.pack = chunked ? la_size_up64(pack_bytes) : 0;
-    w.total = la_size_add(la_size_add(la_size_add(w.zero, w.zc), la_size_add(w.stage, w.chunk_state)),
+    w.total = la_size_add(la_size_add(la_size_add(w.zero, w.zc),
+                                      la_size_add(w.stage, w.chunk_state)),
                           w.pack);
     return w;
 }
@@ -490,7 +491,8 @@ static linattn_status run_recurrent(const la_kernels *kern, const la_call *c, in
     const int64_t units = (heads + j.group - 1) / j.group * j.pieces;
     const int nt = la_team_size(wanted, units);
     const int shared_z = j.pieces > 1 && c->normalize && c->s;
-    const size_t z_bytes = shared_z ? la_size_floats(la_size_mul(2 * (size_t)c->dk, (size_t)heads)) : 0;
+    const size_t z_bytes =
+        shared_z ? la_size_floats(la_size_mul(2 * (size_t)c->dk, (size_t)heads)) : 0;
     const size_t bytes = la_size_add(la_size_mul(j.per_thread, (size_t)nt), z_bytes);
     j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
     if (j.ws == NULL)
@@ -530,7 +532,8 @@ static int head_recurrent(const la_kernels *kern, const la_call *c)
 static head_job head_job_for(const la_kernels *kern, const la_call *c)
 {
     const la_additive_ops *ops = kern->additive;
-    head_job j = {.kern = kern, .ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
+    head_job j = {.kern = kern, .ops = ops, .c = c,
+                  .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
     j.chunked = c->causal && !c->step &&
                 (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);
     const size_t pack = j.chunked ? ops->pack_bytes(j.chunk, c->dk, c->dv) : 0;
@@ -575,7 +578,8 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
     if (forward && (c->algo == LINATTN_ALGO_RECURRENT ||
                     (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(kern->additive_tuning, c))))
         return run_recurrent(kern, c, wanted);
-    head_job j = {.kern = kern, .ops = ops, .c = c, .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
+    head_job j = {.kern = kern, .ops = ops, .c = c,
+                  .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
     /* AUTO runs a handful of tokens through the step's token loop (no
      * workspace, and bitwise a sequence of steps) */
     j.chunked = forward && (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);

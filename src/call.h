@@ -43,7 +43,8 @@ typedef struct la_call {
     linattn_gate_act gate_act;
     float lower_bound;              /* BOUNDED_SIGMOID */
     linattn_beta_act beta_act;
-    const float *A_log, *dt_bias;   /* gate_act != NONE: [H] and [H] or [H][dk] (dt_bias may be NULL) */
+    /* gate_act != NONE: [H], and [H] or [H][dk] (dt_bias may be NULL) */
+    const float *A_log, *dt_bias;
     size_t head_state_elems; /* dk*dv (+ dk, or 2 dk compensated, when normalising) */
     const void *q, *k, *v, *beta;
     const float *g;

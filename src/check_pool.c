@@ -201,7 +201,9 @@ static linattn_status check_slots(const la_serve *sv)
     /* writes that will happen: sorted by slot */
     size_t cap = la_size_mul(la_size_of_dim(sv->N), la_size_add(la_size_of_dim(K), 1));
     slot_use small[64]; /* a decode batch needs no allocation here */
-    slot_use *w = cap <= 64 ? small : cap == SIZE_MAX ? NULL : malloc(la_size_mul(cap, sizeof *w) + 1);
+    slot_use *w = cap <= 64        ? small
+                  : cap == SIZE_MAX ? NULL
+                                    : malloc(la_size_mul(cap, sizeof *w) + 1);
     if (w == NULL)
         return la_fail(LINATTN_E_NOMEM, "out of memory checking %lld sequences' slots",
                        (long long)sv->N);
@@ -373,7 +375,8 @@ linattn_status la_check_serve(la_serve *sv, linattn_op op, const linattn_config 
         /* the contiguous [N][H][dk][dv] state is the pool with slot n per sequence */
         sv->s = s, sv->z = s ? z : NULL;
         sv->slots = sv->N;
-        sv->s_row = c->dv, sv->s_col = 1, sv->s_head = c->dk * c->dv, sv->s_slot = c->H * c->dk * c->dv;
+        sv->s_row = c->dv, sv->s_col = 1, sv->s_head = c->dk * c->dv;
+        sv->s_slot = c->H * c->dk * c->dv;
         sv->z_head = zd, sv->z_slot = c->H * zd;
     }
     sv->has_state = sv->s != NULL;

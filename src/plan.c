@@ -48,7 +48,8 @@ static la_call head_call(const la_serve *sv, int64_t n, int64_t h, int64_t ta, i
     x.v = la_at(c->v, c->dt.v, b * c->sv.batch + h * c->sv.head + t * c->sv.token);
     x.o = (void *)la_at(c->o, c->dt.o, b * c->so.batch + h * c->so.head + t * c->so.token);
     x.g = c->g ? c->g + b * c->sg.batch + h * c->sg.head + t * c->sg.token : NULL;
-    x.beta = la_at(c->beta, c->dt.beta, b * c->sbeta.batch + h * c->sbeta.head + t * c->sbeta.token);
+    x.beta = la_at(c->beta, c->dt.beta,
+                   b * c->sbeta.batch + h * c->sbeta.head + t * c->sbeta.token);
     /* the single head keeps its gate parameters: A_log[h], dt_bias row h */
     x.A_log = c->A_log ? c->A_log + h : NULL;
     x.dt_bias = c->dt_bias ? c->dt_bias + h * (c->gate == LA_GATE_CHANNEL ? c->dk : 1) : NULL;

@@ -33,6 +33,9 @@ static inline size_t la_size_of_dim(int64_t n)
 }
 
 /* n floats, rounded up to 64 bytes. */
-static inline size_t la_size_floats(size_t n) { return la_size_up64(la_size_mul(n, sizeof(float))); }
+static inline size_t la_size_floats(size_t n)
+{
+    return la_size_up64(la_size_mul(n, sizeof(float)));
+}
 
 #endif

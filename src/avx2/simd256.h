@@ -148,7 +148,8 @@ LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
 {
     const __m256i u = _mm256_castps_si256(x);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
     const __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
     r = _mm256_blendv_epi8(r, qnan, _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
     /* 32 -> 16 bits: packus saturates nothing here (values < 2^16) */
@@ -157,7 +158,8 @@ LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
 }
 LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x)
 {
-    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storeu_si128((__m128i *)p,
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 /* 1 / (1 + e^-x) from e^-|x| (never overflows); x finite. */
 LA_INLINE la_vf vf_sigmoid(la_vf x)
@@ -165,7 +167,8 @@ LA_INLINE la_vf vf_sigmoid(la_vf x)
     const __m256 one = _mm256_set1_ps(1.0f);
     const __m256 e = exp8(_mm256_or_ps(x, _mm256_set1_ps(-0.0f))); /* e^-|x| */
     const __m256 r = _mm256_div_ps(one, _mm256_add_ps(one, e));
-    return _mm256_blendv_ps(_mm256_mul_ps(e, r), r, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
+    return _mm256_blendv_ps(_mm256_mul_ps(e, r), r,
+                            _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
 }
 /* log(1 + e^x) = max(x, 0) + log1p(e^-|x|); x finite. */
 LA_INLINE la_vf vf_softplus(la_vf x)
@@ -177,7 +180,8 @@ LA_INLINE la_vf vf_softplus(la_vf x)
 /* flags with the lanes set (all bits) where x is NaN or outside [lo, hi]. */
 LA_INLINE la_vf vf_flag_outside(la_vf flags, la_vf x, la_vf lo, la_vf hi)
 {
-    const __m256 below = _mm256_cmp_ps(x, lo, _CMP_NGE_UQ), above = _mm256_cmp_ps(x, hi, _CMP_NLE_UQ);
+    const __m256 below = _mm256_cmp_ps(x, lo, _CMP_NGE_UQ);
+    const __m256 above = _mm256_cmp_ps(x, hi, _CMP_NLE_UQ);
     return _mm256_or_ps(flags, _mm256_or_ps(below, above));
 }
 LA_INLINE int vf_any_flag(la_vf flags) { return _mm256_movemask_ps(flags) != 0; }

@@ -225,7 +225,8 @@ LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x)
     _mm512_storeu_ps(t, x);
     for (int i = 0; i < 16; i += 8)
         _mm_storeu_si128((__m128i *)(p + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(t + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                         _mm256_cvtps_ph(_mm256_loadu_ps(t + i),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 LA_INLINE la_vf la_log1p(la_vf x)
 {
@@ -246,7 +247,8 @@ LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
 {
     const __m512i u = _mm512_castps_si512(x);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    const __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
     const __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
     const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, qnan)));
@@ -257,7 +259,8 @@ LA_INLINE la_vf vf_widen_f16(const uint16_t *p)
 }
 LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x)
 {
-    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_si256((__m256i *)p,
+                        _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 LA_INLINE la_vf la_log1p(la_vf x) { return Sleef_log1pf16_u10avx512f(x); }
 #endif
@@ -267,7 +270,8 @@ LA_INLINE la_vf vf_sigmoid(la_vf x)
     const __m512 one = _mm512_set1_ps(1.0f);
     const __m512 e = la_exp_raw(_mm512_min_ps(x, _mm512_sub_ps(_mm512_setzero_ps(), x)));
     const __m512 r = _mm512_div_ps(one, _mm512_add_ps(one, e));
-    return _mm512_mask_mov_ps(_mm512_mul_ps(e, r), _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), r);
+    return _mm512_mask_mov_ps(_mm512_mul_ps(e, r),
+                              _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), r);
 }
 /* log(1 + e^x) = max(x, 0) + log1p(e^-|x|); x finite. */
 LA_INLINE la_vf vf_softplus(la_vf x)

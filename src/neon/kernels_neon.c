@@ -518,7 +518,8 @@ static void forward_noncausal_neon(const la_head *h)
             for (int64_t t = 0; t < nt; t++) {
                 const float *k = h->k + (t0 + t) * h->k_ts + c0;
                 for (int64_t c = 0; c < nc; c += 4)
-                    vst1q_f32(kb + t * CB + c, lanes_below(phi4(h->phi, ldn(k + c, nc - c)), nc - c));
+                    vst1q_f32(kb + t * CB + c,
+                              lanes_below(phi4(h->phi, ldn(k + c, nc - c)), nc - c));
             }
             for (int64_t c = 0; c < nc; c += 4) {
                 const int64_t rows = min64(4, nc - c);

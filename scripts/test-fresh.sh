@@ -8,7 +8,9 @@
 #   3. the Python section: its apt line, venv + pip install line, snippet.
 # Needs root and debootstrap; reaches the Debian mirror (MIRROR to change).
 # The host's apt cache (/var/cache/apt/archives) seeds the fresh root's, so
-# packages already downloaded here are not downloaded again.
+# packages already downloaded here are not downloaded again. A fuzzer's
+# finding (crash-*, leak-*, timeout-*, with the fuzz logs) is copied into
+# fuzz-findings/ of this checkout before the root is removed.
 #   scripts/test-fresh.sh            all three
 #   FRESH_STEPS="1 3" scripts/test-fresh.sh   a subset (for quick checks)
 set -euo pipefail
@@ -25,9 +27,17 @@ command -v debootstrap >/dev/null || { echo "test-fresh.sh: needs debootstrap" >
 root=$(mktemp -d "${TMPDIR:-/var/tmp}/linattn-fresh.XXXXXX")
 mounted=()
 cleanup() {
+    # A fuzzer's finding outlives the root: its input is what replays it
+    # (a finding whose input went with the root could not be reproduced).
+    local i f fuzz="$root/root/linattn/build-fuzz"
+    for f in "$fuzz"/{crash,leak,timeout}-*; do
+        [ -f "$f" ] || continue
+        mkdir -p "$here/fuzz-findings"
+        cp "$f" "$fuzz"/fuzz-*.log "$here/fuzz-findings/" 2>/dev/null || true
+        echo "test-fresh.sh: kept $(basename "$f") and the fuzz logs in $here/fuzz-findings" >&2
+    done
     # Unmount in reverse order before removing anything: rm -rf through a
     # live /proc or /dev bind would reach the host.
-    local i
     for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
         umount -l "${mounted[i]}" 2>/dev/null || true
     done

@@ -307,8 +307,9 @@ def seeds():
     s["found-avx512-quads-large-v"] = bytes(
         [0, 1, 1, 39, 7, 7, 151, 2, 2, 1, 0, 2, 0, 91, 0, 13, 194, 194, 0, 0] + [194] * 15
         + [0] * 10 + [115, 114, 0, 2, 0, 0, 0, 0])
-    # a packed call whose q lies inside s, which it does not use: s had no
-    # memory, and the model made q's pointer from s's NULL (UBSan)
+    # a packed additive call whose beta, which it ignores, lies inside z,
+    # which a packed call has no memory for: the model made beta's pointer
+    # from z's NULL (UBSan)
     s["found-avx2-alias-of-no-memory"] = bytes(
         [0, 0, 0, 251, 15, 15, 215, 1, 0, 0, 0, 3, 0, 0, 0, 2] + [0] * 16
         + [252, 255, 0] + [187] * 9 + [127, 251, 58, 0, 112, 97, 0, 0] + [167] * 6

@@ -1158,6 +1158,9 @@ START_TEST(step_tiles_same_bits)
         /* B, H, qk heads, dk, dv */
         {1, 2, 2, 5, 1}, {2, 3, 3, 17, 15}, {1, 2, 1, 64, 100}, {1, 1, 1, 128, 130},
         {1, 4, 2, 33, 64}, {3, 2, 2, 16, 48},
+        /* four and three value heads of one q/k head in one unit, each
+         * head's last tile fetching the next head's first */
+        {1, 8, 2, 32, 128}, {2, 6, 2, 16, 32},
     };
     for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
         for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)

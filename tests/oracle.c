@@ -63,7 +63,8 @@ void oracle_forward(const linattn_config *cfg, int step, const float *q, const f
                 z[c] = z_in ? z_in[bh * dk + c] : 0.0;
             const float *qb = q + b * cfg->q.batch + qk_head(cfg, h) * cfg->q.head;
             const float *kb = k + b * cfg->k.batch + qk_head(cfg, h) * cfg->k.head;
-            double *fq = malloc(sizeof(double) * (size_t)dk), *fk = malloc(sizeof(double) * (size_t)dk);
+            double *fq = malloc(sizeof(double) * (size_t)dk),
+                   *fk = malloc(sizeof(double) * (size_t)dk);
             const float *vb = v + b * cfg->v.batch + h * cfg->v.head;
 
             if (!cfg->causal && !step) { /* every query reads the full sums */

@@ -608,8 +608,9 @@ static void decode_make(decode *d, int64_t B, int64_t H, int64_t dk, int64_t dv,
     memset(d, 0, sizeof *d);
     d->B = B, d->H = H, d->dk = dk, d->dv = dv, d->gate = gate;
     const size_t nq = (size_t)(B * H * dk), nv = (size_t)(B * H * dv), ns = (size_t)(nq * dv);
-    const size_t ng = gate == LINATTN_GATE_CHANNEL ? nq : gate == LINATTN_GATE_HEAD ? (size_t)H
-                                                                                    : (size_t)(B * H);
+    const size_t ng = gate == LINATTN_GATE_CHANNEL ? nq
+                      : gate == LINATTN_GATE_HEAD  ? (size_t)H
+                                                   : (size_t)(B * H);
     float **in[] = {&d->q, &d->k, &d->v};
     const size_t nin[] = {nq, nq, nv};
     for (int i = 0; i < 3; i++) {
@@ -1068,7 +1069,8 @@ START_TEST(absurd_thread_counts)
                         ck_assert_msg(r.st == LINATTN_OK, "%d threads: %s", counts[ci],
                                       linattn_last_error());
                         const size_t no = (size_t)nb * 7;
-                        const size_t ns = (size_t)(sh[0] * sh[1] * 56), nz = (size_t)(sh[0] * sh[1] * 8);
+                        const size_t ns = (size_t)(sh[0] * sh[1] * 56),
+                                     nz = (size_t)(sh[0] * sh[1] * 8);
                         ck_assert_msg(same_bytes(r.o, ref.o, no) && same_bytes(r.s, ref.s, ns) &&
                                           same_bytes(r.z, ref.z, nz),
                                       "%s %s %s, %d threads: differs from 1 thread",
@@ -1396,7 +1398,9 @@ START_TEST(float32_calls_refuse_dtype_fields)
             if (call >= 2)
                 cfg.normalize = 0;
             switch (call) {
-            case 0: st = linattn_forward(&cfg, c.p.q, c.p.k, c.p.v, c.p.g, c.p.o, c.p.s, c.p.z); break;
+            case 0:
+                st = linattn_forward(&cfg, c.p.q, c.p.k, c.p.v, c.p.g, c.p.o, c.p.s, c.p.z);
+                break;
             case 1: st = linattn_step(&cfg, c.p.q, c.p.k, c.p.v, c.p.g, c.p.o, c.p.s, c.p.z); break;
             case 2:
                 st = linattn_delta_forward(&cfg, c.p.q, c.p.k, c.p.v, c.p.g, beta, c.p.o, c.p.s);

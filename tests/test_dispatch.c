@@ -54,7 +54,8 @@ static linattn_status tiny_forward(void)
 START_TEST(env_choice)
 {
     const char *want = expect();
-    printf("LINATTN_ISA=%s: active %s, expected %s\n", getenv("LINATTN_ISA") ? getenv("LINATTN_ISA") : "(unset)",
+    printf("LINATTN_ISA=%s: active %s, expected %s\n",
+           getenv("LINATTN_ISA") ? getenv("LINATTN_ISA") : "(unset)",
            linattn_isa_name(linattn_get_isa()), want);
     if (strcmp(want, "isa-error") == 0) {
         ck_assert_int_eq(tiny_forward(), LINATTN_E_ISA);

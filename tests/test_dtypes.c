@@ -161,7 +161,9 @@ static float hard_float(int kind)
         return (float)((int32_t)(r % 2049u) - 1024) * 0x1p-25f;
     case 4: return la_bits_f32((r & 0x807fffffu) | 0x00000000u); /* float subnormal */
     case 5: return (r & 1 ? -1.0f : 1.0f) * (65504.0f + (float)(r % 64u)); /* f16 overflow edge */
-    case 6: return (r & 1 ? -1.0f : 1.0f) * la_bits_f32(0x7f7f0000u + (r >> 16) % 0x10000u); /* bf16 overflow */
+    case 6:
+        return (r & 1 ? -1.0f : 1.0f) *
+               la_bits_f32(0x7f7f0000u + (r >> 16) % 0x10000u); /* bf16 overflow */
     case 7: return r & 1 ? (r & 2 ? -INFINITY : INFINITY) : (r & 2 ? -NAN : NAN);
     default: return rand_uniform(-4.0f, 4.0f);
     }
@@ -290,13 +292,15 @@ START_TEST(gate_and_beta_against_double)
     double worst_g = 0, worst_b = 0;
     for (int rep = 0; rep < 40; rep++)
         for (int64_t n = 1; n <= MAXN; n += (n < 20 ? 1 : 7)) {
-            for (int act = LINATTN_GATE_ACT_SOFTPLUS; act <= LINATTN_GATE_ACT_BOUNDED_SIGMOID; act++)
+            for (int act = LINATTN_GATE_ACT_SOFTPLUS; act <= LINATTN_GATE_ACT_BOUNDED_SIGMOID;
+                 act++)
                 for (int bmode = 0; bmode < 3; bmode++) { /* NULL, one value, per element */
                     const float A_log = rand_uniform(-4.0f, 3.0f), a_exp = expf(A_log);
                     const float lb = rand_uniform(-10.0f, -0.05f);
                     for (int64_t i = 0; i < n; i++) {
                         /* mostly moderate, some far out on both sides */
-                        a[i] = i % 11 == 5 ? rand_uniform(-90.0f, 90.0f) : rand_uniform(-6.0f, 6.0f);
+                        a[i] =
+                            i % 11 == 5 ? rand_uniform(-90.0f, 90.0f) : rand_uniform(-6.0f, 6.0f);
                         bias[i] = rand_uniform(-2.0f, 2.0f);
                         g[i] = a[i];
                     }
@@ -324,7 +328,8 @@ START_TEST(gate_and_beta_against_double)
                 ops->beta((linattn_beta_act)act, b, n);
                 ck_assert(b[n] == 555.0f);
                 for (int64_t i = 0; i < n; i++) {
-                    const double ref = (act == LINATTN_BETA_ACT_SIGMOID2 ? 2 : 1) * sigmoid_d(braw[i]);
+                    const double ref =
+                        (act == LINATTN_BETA_ACT_SIGMOID2 ? 2 : 1) * sigmoid_d(braw[i]);
                     const double e = fabs(b[i] - ref);
                     worst_b = fmax(worst_b, e);
                     ck_assert_msg(e <= TOL_BETA, "beta act=%d n=%lld [%lld] of %g: %.9g, want %.9g",

@@ -259,7 +259,8 @@ START_TEST(long_run_normaliser)
 {
     enum { DK = 8, DV = 8 };
     const int64_t T = (int64_t)1 << 18, steps = (int64_t)1 << 16;
-    float *k = malloc(sizeof(float) * (size_t)(T * DK)), *v = malloc(sizeof(float) * (size_t)(T * DV));
+    float *k = malloc(sizeof(float) * (size_t)(T * DK)),
+          *v = malloc(sizeof(float) * (size_t)(T * DV));
     float *o = malloc(sizeof(float) * (size_t)(T * DV));
     for (int64_t i = 0; i < T * DK; i++)
         k[i] = rand_uniform(-1.0f, 1.0f);
@@ -277,8 +278,9 @@ START_TEST(long_run_normaliser)
             linattn_config_init_step(&c, 1, 1, DK, DV);
             c.z_compensated = 1;
             for (int64_t t = 0; t < n; t++)
-                ck_assert_int_eq(linattn_step(&c, k + t * DK, k + t * DK, v + t * DV, NULL, o, s, z),
-                                 LINATTN_OK);
+                ck_assert_int_eq(
+                    linattn_step(&c, k + t * DK, k + t * DK, v + t * DV, NULL, o, s, z),
+                    LINATTN_OK);
         }
         for (int ch = 0; ch < DK; ch++) {
             double ref = 0.0;
@@ -367,8 +369,10 @@ START_TEST(state_carried_across_calls)
             linattn_config first = p.cfg, second = p.cfg;
             first.seq_len = split;
             second.seq_len = T - split;
-            const float *g2 = p.g ? p.g + (gate == LINATTN_GATE_HEAD ? 0 : split * p.cfg.g.token) : NULL;
-            ck_assert_int_eq(linattn_forward(&first, p.q, p.k, p.v, p.g, p.o, p.s, p.z), LINATTN_OK);
+            const float *g2 =
+                p.g ? p.g + (gate == LINATTN_GATE_HEAD ? 0 : split * p.cfg.g.token) : NULL;
+            ck_assert_int_eq(linattn_forward(&first, p.q, p.k, p.v, p.g, p.o, p.s, p.z),
+                             LINATTN_OK);
             ck_assert_int_eq(linattn_forward(&second, p.q + split * p.cfg.q.token,
                                              p.k + split * p.cfg.k.token,
                                              p.v + split * p.cfg.v.token, g2,
@@ -407,7 +411,8 @@ START_TEST(steps_against_oracle)
                         g += t * p.cfg.g.token;
                     const linattn_status st = linattn_step(
                         &step, p.q + t * p.cfg.q.token, p.k + t * p.cfg.k.token,
-                        p.v + t * p.cfg.v.token, gate ? g : NULL, p.o + t * p.cfg.o.token, p.s, p.z);
+                        p.v + t * p.cfg.v.token, gate ? g : NULL, p.o + t * p.cfg.o.token,
+                        p.s, p.z);
                     ck_assert_int_eq(st, LINATTN_OK);
                 }
                 const double e = problem_error(&p);
@@ -431,7 +436,9 @@ START_TEST(chunked_matches_recurrent)
         memcpy(b.k, a.k, sizeof(float) * (size_t)(1 * 2 * 513 * 48));
         memcpy(b.v, a.v, sizeof(float) * (size_t)(1 * 2 * 513 * 40));
         if (a.g) {
-            const size_t ng = gate == LINATTN_GATE_HEAD ? 2 : gate == LINATTN_GATE_TOKEN ? 2 * 513 : 2 * 513 * 48;
+            const size_t ng = gate == LINATTN_GATE_HEAD    ? 2
+                              : gate == LINATTN_GATE_TOKEN ? 2 * 513
+                                                           : 2 * 513 * 48;
             memcpy(b.g, a.g, sizeof(float) * ng);
         }
         b.cfg.algo = LINATTN_ALGO_RECURRENT;
@@ -682,8 +689,8 @@ START_TEST(l2norm_blocks_threads_and_calls)
                 const size_t no = (size_t)(H * T * DV), ns = (size_t)(H * DK * DV);
                 const size_t nz = (size_t)(H * DK);
                 float *first = malloc((no + ns + nz) * sizeof(float));
-                const float *g2 = p.g ? p.g + (gate == LINATTN_GATE_HEAD ? 0 : SPLIT * p.cfg.g.token)
-                                      : NULL;
+                const float *g2 =
+                    p.g ? p.g + (gate == LINATTN_GATE_HEAD ? 0 : SPLIT * p.cfg.g.token) : NULL;
                 for (int threads = 1; threads <= 3; threads++) {
                     memcpy(p.s, p.s_init, ns * sizeof(float));
                     memcpy(p.z, p.z_init, nz * sizeof(float));
@@ -740,10 +747,12 @@ START_TEST(nan_propagates_only_forward)
                     const float x = p.o[t * p.cfg.o.token];
                     const int tainted = where == 2 ? t == bad : t >= bad;
                     if (!tainted)
-                        ck_assert_msg(isfinite(x), "token %lld is %g, NaN input at %lld (%s, input %d)",
+                        ck_assert_msg(isfinite(x),
+                                      "token %lld is %g, NaN input at %lld (%s, input %d)",
                                       (long long)t, x, (long long)bad, spec_name(&sp), where);
                     else if (gate == LINATTN_GATE_NONE || t == bad)
-                        ck_assert_msg(isnan(x), "token %lld is %g, NaN input at %lld (%s, input %d)",
+                        ck_assert_msg(isnan(x),
+                                      "token %lld is %g, NaN input at %lld (%s, input %d)",
                                       (long long)t, x, (long long)bad, spec_name(&sp), where);
                 }
                 problem_free(&p);

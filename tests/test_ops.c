@@ -701,7 +701,8 @@ static uint32_t bits_at(linattn_dtype t, const void *p, int64_t e)
  * must keep their marker. */
 static void transpose_all(void)
 {
-    static const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 129};
+    static const int64_t sizes[] = {1,  2,  3,  4,  5,  7,  8,  9,  15,
+                                    16, 17, 31, 32, 33, 63, 64, 65, 129};
     enum { NS = sizeof sizes / sizeof sizes[0] };
     for (int ir = 0; ir < NS; ir += dim_step)
         for (int ic = 0; ic < NS; ic += dim_step)
@@ -911,7 +912,8 @@ START_TEST(vfirst_any_split_same_bits)
                     const int64_t dk = dks[id], dv = 23, T = bf16 ? 1 : Ts[it];
                     delta_case c = {.dk = dk, .dv = dv, .T = T, .chunk = 1, .gate = (la_gate)gate,
                                     .phi = LINATTN_PHI_IDENTITY, .q_ts = dk, .k_ts = dk,
-                                    .v_ts = dv, .o_ts = dv, .g_ts = gate == LA_GATE_CHANNEL ? dk : 1};
+                                    .v_ts = dv, .o_ts = dv,
+                                    .g_ts = gate == LA_GATE_CHANNEL ? dk : 1};
                     const float bound = 1.0f / sqrtf((float)dk);
                     c.q = filled(&mem, (size_t)(T * dk), -1, 1);
                     c.k = filled(&mem, (size_t)(T * dk), -bound, bound);
@@ -919,7 +921,8 @@ START_TEST(vfirst_any_split_same_bits)
                     c.g = filled(&mem, (size_t)(T * dk), -1, 0);
                     c.beta = filled(&mem, (size_t)T, 0, 2);
                     float *s0 = filled(&mem, (size_t)(dk * dv), -1, 1);
-                    void *ws = guarded_bytes(&mem, la_size_up64(t->delta->recurrent_bytes(T, dk, dv)));
+                    void *ws =
+                        guarded_bytes(&mem, la_size_up64(t->delta->recurrent_bytes(T, dk, dv)));
                     float *o[5];
                     unsigned char *s[5], *from = guarded_bytes(&mem, (size_t)(dk * dv) * es);
                     for (int k = 0; k < 5; k++) {

@@ -689,7 +689,8 @@ START_TEST(plan_of_contiguous_call)
     const size_t nq = (size_t)(B * H * T * dk), nv = (size_t)(B * H * T * dv);
     float *q = floats(nq, -1, 1), *k = floats(nq, -1, 1), *v = floats(nv, -1, 1);
     float *g = floats((size_t)(B * H * T), -0.5f, 0), *beta = floats((size_t)(B * H * T), 0, 1);
-    float *s1 = floats((size_t)(B * H * dk * dv), -0.2f, 0.2f), *z1 = floats((size_t)(B * H * dk), 0.5f, 1);
+    float *s1 = floats((size_t)(B * H * dk * dv), -0.2f, 0.2f),
+          *z1 = floats((size_t)(B * H * dk), 0.5f, 1);
     float *s2 = copy_of(s1, (size_t)(B * H * dk * dv)), *z2 = copy_of(z1, (size_t)(B * H * dk));
     float *o1 = floats(nv, 0, 0), *o2 = floats(nv, 0, 0);
     ck_assert(delta ? linattn_delta_forward(&cfg, q, k, v, g, beta, o1, s1) == LINATTN_OK

@@ -335,8 +335,9 @@ linattn_config bench_config(const bench_options *op, const bench_case *c, bench_
     case L_BTHD:
     case L_PACKED: {
         const int64_t row = op->layout == L_PACKED ? 2 * qkh * s.dk + s.H * s.dv : 0;
-        cfg.q = cfg.k = op->layout == L_PACKED ? (linattn_strides){s.T * row, s.dk, row}
-                                               : (linattn_strides){s.T * qkh * s.dk, s.dk, qkh * s.dk};
+        cfg.q = cfg.k = op->layout == L_PACKED
+                            ? (linattn_strides){s.T * row, s.dk, row}
+                            : (linattn_strides){s.T * qkh * s.dk, s.dk, qkh * s.dk};
         cfg.v = op->layout == L_PACKED ? (linattn_strides){s.T * row, s.dv, row}
                                        : (linattn_strides){s.T * s.H * s.dv, s.dv, s.H * s.dv};
         cfg.o = (linattn_strides){s.T * s.H * s.dv, s.dv, s.H * s.dv};

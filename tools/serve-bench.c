@@ -215,13 +215,14 @@ static void pool_case(const char *name, int step, int bf16, slot_use use, int64_
     timed_together(fns, &c, 3, reps, t, r);
     /* ratio_*: the median of per-rep ratios (each form timed right after
      * the contiguous call); *_q: its first and third quartiles */
-    printf("{\"case\": \"%s\", \"state\": \"%s\", \"B\": %lld, \"H\": %lld, \"T\": %lld, \"dk\": %lld, "
-           "\"threads\": %d, \"reps\": %d, \"us_contiguous\": %.2f, \"us_pool_kfirst\": %.2f, "
-           "\"us_pool_vfirst\": %.2f, \"ratio_kfirst\": %.3f, \"ratio_vfirst\": %.3f, "
-           "\"ratio_kfirst_q\": [%.3f, %.3f], \"ratio_vfirst_q\": [%.3f, %.3f]}\n",
-           name, bf16 ? "bf16" : "f32", (long long)B, (long long)H, (long long)Te, (long long)D, threads, reps,
-           1e6 * t[0], 1e6 * t[1], 1e6 * t[2], r[1][1], r[2][1], r[1][0], r[1][2], r[2][0],
-           r[2][2]);
+    printf("{\"case\": \"%s\", \"state\": \"%s\", \"B\": %lld, \"H\": %lld, \"T\": %lld, "
+           "\"dk\": %lld, \"threads\": %d, \"reps\": %d, \"us_contiguous\": %.2f, "
+           "\"us_pool_kfirst\": %.2f, \"us_pool_vfirst\": %.2f, \"ratio_kfirst\": %.3f, "
+           "\"ratio_vfirst\": %.3f, \"ratio_kfirst_q\": [%.3f, %.3f], "
+           "\"ratio_vfirst_q\": [%.3f, %.3f]}\n",
+           name, bf16 ? "bf16" : "f32", (long long)B, (long long)H, (long long)Te, (long long)D,
+           threads, reps, 1e6 * t[0], 1e6 * t[1], 1e6 * t[2], r[1][1], r[2][1], r[1][0], r[1][2],
+           r[2][0], r[2][2]);
     free(c.q), free(c.k), free(c.v), free(c.o), free(c.g), free(c.beta), free(c.s_contig),
         free(c.s_pool);
 }

@@ -140,7 +140,10 @@ static uint64_t rng(void)
     return z ^ (z >> 31);
 }
 
-static float uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rng() >> 40) / 16777216.0f; }
+static float uniform(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(rng() >> 40) / 16777216.0f;
+}
 
 enum { POOL_GENERAL, POOL_GATE, POOL_BETA };
 
@@ -300,7 +303,8 @@ static void each(const layout *l, visit_fn fn, void *ctx)
         for (i[1] = 0; i[1] < l->n[1]; i[1]++)
             for (i[2] = 0; i[2] < l->n[2]; i[2]++)
                 for (i[3] = 0; i[3] < l->n[3]; i[3]++)
-                    fn(ctx, i[0] * l->st[0] + i[1] * l->st[1] + i[2] * l->st[2] + i[3] * l->st[3], i);
+                    fn(ctx, i[0] * l->st[0] + i[1] * l->st[1] + i[2] * l->st[2] + i[3] * l->st[3],
+                       i);
 }
 
 /* ---- allocations ------------------------------------------------------- */
@@ -418,13 +422,15 @@ static void fuzz_fail(const call *c, const char *fmt, const char *detail, double
             (long long)f->seq_len, (long long)f->dk, (long long)f->dv, f->phi, f->gate, f->algo,
             f->causal, f->normalize, (double)f->eps, (double)f->scale, (long long)f->chunk,
             f->num_threads, f->struct_size, (long long)c->qk_heads, c->head_map, c->qk_l2norm);
-    fprintf(stderr, "  dtypes q %d k %d v %d beta %d o %d s %d; gate_act %d lower bound %g beta_act %d "
+    fprintf(stderr,
+            "  dtypes q %d k %d v %d beta %d o %d s %d; gate_act %d lower bound %g beta_act %d "
             "A_log mode %u dt_bias mode %u; serve %d\n", c->dt[BQ], c->dt[BK], c->dt[BV],
             c->dt[BBETA], c->dt[BO], c->dt[BS], c->gate_act, (double)c->lower_bound, c->beta_act,
             c->alog_mode, c->bias_mode, c->serve);
     for (int b = 0; b < NBUF; b++)
         if (c->used[b])
-            fprintf(stderr, "  %-4s regime %u place %d host %d off %lld strides %lld %lld %lld %lld\n",
+            fprintf(stderr,
+                    "  %-4s regime %u place %d host %d off %lld strides %lld %lld %lld %lld\n",
                     buf_names[b], c->regime[b] % (b == BG ? 8 : b == BBETA ? 4 : 10), c->place[b],
                     c->host[b], (long long)c->offset[b],
                     (long long)c->lay[b].st[0], (long long)c->lay[b].st[1],
@@ -874,8 +880,10 @@ static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, cons
     const int64_t T = c->T, dk = f->dk, dv = f->dv, H = f->heads, QH = c->qk_heads;
     const int delta = c->kind >= KIND_DELTA_FORWARD;
     const int64_t hq = c->head_map == LINATTN_HEADS_TILED ? h % QH : h / (H / QH);
-    float *q = malloc(sizeof(float) * (size_t)(T * dk)), *k = malloc(sizeof(float) * (size_t)(T * dk));
-    float *v = malloc(sizeof(float) * (size_t)(T * dv)), *g = malloc(sizeof(float) * (size_t)(T * dk));
+    float *q = malloc(sizeof(float) * (size_t)(T * dk)),
+          *k = malloc(sizeof(float) * (size_t)(T * dk));
+    float *v = malloc(sizeof(float) * (size_t)(T * dv)),
+          *g = malloc(sizeof(float) * (size_t)(T * dk));
     float *beta = malloc(sizeof(float) * (size_t)T);
     for (int64_t t = 0; t < T; t++) {
         for (int64_t i = 0; i < dk; i++) {
@@ -919,8 +927,10 @@ static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, cons
                         f->phi, c->used[BG], f->gate == LINATTN_GATE_CHANNEL,
                         c->qk_l2norm == 1, T, dk, dv, f->scale, f->eps};
     const ref_in in = {q, k, v, c->used[BG] ? g : NULL, beta, s0, z0};
-    ref_num *ro = malloc(sizeof(ref_num) * (size_t)(T * dv)), *rd = malloc(sizeof(ref_num) * (size_t)T);
-    ref_num *rs = malloc(sizeof(ref_num) * (size_t)(dk * dv)), *rz = malloc(sizeof(ref_num) * (size_t)dk);
+    ref_num *ro = malloc(sizeof(ref_num) * (size_t)(T * dv)),
+            *rd = malloc(sizeof(ref_num) * (size_t)T);
+    ref_num *rs = malloc(sizeof(ref_num) * (size_t)(dk * dv)),
+            *rz = malloc(sizeof(ref_num) * (size_t)dk);
     ref_out out = {ro, rc.normalize ? rd : NULL, rs, rc.normalize ? rz : NULL, 0, 0, 0, 0};
     ref_head(&rc, &in, &out);
 
@@ -966,8 +976,8 @@ static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, cons
                 const float got = read_typed(c->dt[BS], c->ptr[BS], s_at + i);
                 if (!agrees(got, rs[i].v, tol, c->dt[BS])) {
                     char where[96];
-                    snprintf(where, sizeof where, "s[b=%lld,h=%lld][%lld]", (long long)b, (long long)h,
-                             (long long)i);
+                    snprintf(where, sizeof where, "s[b=%lld,h=%lld][%lld]", (long long)b,
+                             (long long)h, (long long)i);
                     fuzz_fail(c, "%s = %.9g, reference %.9g", where, got, rs[i].v);
                 }
             }
@@ -983,7 +993,8 @@ static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, cons
                 }
         }
     }
-    free(q), free(k), free(v), free(g), free(beta), free(ro), free(rd), free(rs), free(rz), free(s0);
+    free(q), free(k), free(v), free(g), free(beta), free(ro), free(rd), free(rs), free(rz),
+        free(s0);
 }
 
 /* ---- the serving form (linattn_run) ------------------------------------- */
@@ -1189,7 +1200,9 @@ static void decode_ext(reader *r, call *c)
     if (c->bias_mode != 0) {
         c->dt_bias = ext_arrays[1] = malloc(sizeof(float) * (size_t)(H * per));
         for (int64_t i = 0; i < H * per; i++)
-            c->dt_bias[i] = c->bias_mode == 5 ? 1e30f : c->bias_mode == 6 ? -FLT_MAX : uniform(-2, 2);
+            c->dt_bias[i] = c->bias_mode == 5   ? 1e30f
+                            : c->bias_mode == 6 ? -FLT_MAX
+                                                : uniform(-2, 2);
         if (c->bias_mode == 3 || c->bias_mode == 4)
             c->dt_bias[(H * per) / 2] = c->bias_mode == 3 ? NAN : INFINITY;
     }
@@ -1462,20 +1475,23 @@ static int run(const uint8_t *data, size_t size)
         const size_t front = GUARD + (size_t)a->pad * 4;
         for (size_t i = 0; i < alloc_bytes(a); i++)
             if ((i < front || i >= front + (size_t)a->n * 4) && a->block[i] != GUARD_BYTE)
-                fuzz_fail(&c, "guard bytes around %s overwritten (byte %g)", buf_names[b], (double)i, 0);
+                fuzz_fail(&c, "guard bytes around %s overwritten (byte %g)", buf_names[b],
+                          (double)i, 0);
     }
     const char *msg = last_error_text();
 
     /* FUZZ_VERBOSE=1: what each input became (for checking new seeds) */
     if (getenv("FUZZ_VERBOSE"))
-        fprintf(stderr, "fuzz_call: %s serve %d dtypes %d%d%d%d%d%d act %d/%d: status %d%s%s%s: %s\n",
+        fprintf(stderr,
+                "fuzz_call: %s serve %d dtypes %d%d%d%d%d%d act %d/%d: status %d%s%s%s: %s\n",
                 kind_names[c.kind], c.serve, c.dt[BQ], c.dt[BK], c.dt[BV], c.dt[BBETA], c.dt[BO],
                 c.dt[BS], c.gate_act, c.beta_act, (int)st, c.must_fail ? " (must fail: " : "",
                 c.must_fail ? c.why : "", c.must_fail ? ")" : "", msg ? msg : "");
     if (c.must_fail && st == LINATTN_OK)
         fuzz_fail(&c, "returned OK, expected a failure: %s", c.why, 0, 0);
     if (!c.must_fail && !c.ambiguous && fits && st != LINATTN_OK)
-        fuzz_fail(&c, "a valid call failed with status %s (%g)", linattn_strerror(st), (double)st, 0);
+        fuzz_fail(&c, "a valid call failed with status %s (%g)", linattn_strerror(st),
+                  (double)st, 0);
     if (linattn_last_error) {
         if (msg == NULL)
             fuzz_fail(&c, "%s", "linattn_last_error() returned NULL", 0, 0);

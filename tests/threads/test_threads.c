@@ -331,11 +331,11 @@ static void plan_from_pthreads(void)
 {
     const int64_t T = plan_cu[PN];
     const size_t nqk = (size_t)(T * PH * PD), ns = (size_t)(PSLOTS * PH * PD * PD);
-    float *q = malloc(nqk * 4), *k = malloc(nqk * 4), *v = malloc(nqk * 4), *g = malloc(nqk / PD * 4),
-          *beta = malloc(nqk / PD * 4), *o[3], *s[3];
+    float *q = malloc(nqk * 4), *k = malloc(nqk * 4), *v = malloc(nqk * 4),
+          *g = malloc(nqk / PD * 4), *beta = malloc(nqk / PD * 4), *o[3], *s[3];
     for (size_t i = 0; i < nqk; i++)
-        q[i] = (float)((i * 37) % 101) / 101.0f - 0.5f, k[i] = (float)((i * 53) % 97) / 97.0f - 0.5f,
-        v[i] = (float)((i * 29) % 89) / 89.0f - 0.5f;
+        q[i] = (float)((i * 37) % 101) / 101.0f - 0.5f,
+        k[i] = (float)((i * 53) % 97) / 97.0f - 0.5f, v[i] = (float)((i * 29) % 89) / 89.0f - 0.5f;
     for (size_t i = 0; i < nqk / PD; i++)
         g[i] = -(float)(i % 7) / 20.0f, beta[i] = (float)(i % 5) / 5.0f;
     static const int32_t rd[PN] = {3, -1, 7, 0, 11}, wr[PN] = {3, 5, 8, -1, 1};

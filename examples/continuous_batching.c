@@ -110,8 +110,9 @@ static int decode_step(float *states, const linattn_state_pool *shape, const int
         if (n >= 0)
             token(n, pos[n], &q[b][0][0], &k[b][0][0], &v[b][0][0], g[b], beta[b], DK, DV);
         else /* padding rows: any finite values, never read for output */
-            memset(q[b], 0, sizeof q[b]), memset(k[b], 0, sizeof k[b]), memset(v[b], 0, sizeof v[b]),
-                memset(g[b], 0, sizeof g[b]), memset(beta[b], 0, sizeof beta[b]);
+            memset(q[b], 0, sizeof q[b]), memset(k[b], 0, sizeof k[b]),
+                memset(v[b], 0, sizeof v[b]), memset(g[b], 0, sizeof g[b]),
+                memset(beta[b], 0, sizeof beta[b]);
     }
     linattn_config cfg;
     linattn_config_init_step(&cfg, WIDTH, H, DK, DV);

@@ -393,7 +393,8 @@ static int acquire(PyObject *obj, const char *name, const char *axes, const char
 static int acquire_packed(PyObject *obj, const char *name, const char *shape, int nd,
                           const int64_t *want, unsigned types, view *v)
 {
-    static const char axes[][5] = {"", "x", "xx", "xxx", "xxxx"}; /* no contiguous-row check: packed below */
+    /* no contiguous-row check: packed below */
+    static const char axes[][5] = {"", "x", "xx", "xxx", "xxxx"};
     if (acquire_t(obj, name, axes[nd], shape, 1, types, v) != 0)
         return -1;
     int64_t expect = 1;
@@ -651,7 +652,8 @@ static int compute(PyObject *const *args, const pool_args *pa)
          * step: [H] head; [B,H] token; [B,H,dk] channel. */
         const int gnd = ndim_of(g_obj);
         if (gnd < 0)
-            gate = g_obj == Py_None ? LINATTN_GATE_NONE : LINATTN_GATE_TOKEN; /* acquire() says why */
+            /* acquire() says why */
+            gate = g_obj == Py_None ? LINATTN_GATE_NONE : LINATTN_GATE_TOKEN;
         else if (step)
             gate = gnd == 1 ? LINATTN_GATE_HEAD : gnd == 2 ? LINATTN_GATE_TOKEN
                  : gnd == 3 ? LINATTN_GATE_CHANNEL : -1;

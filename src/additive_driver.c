@@ -317,11 +317,10 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
  * where a head's rows lie apart, a group of whole heads run in lockstep:
  * per block of BLOCK tokens, each head of the group makes the block's
  * features, advances its own copy of the normaliser and sweeps its
- * columns, then the next head. The group's
- * states stay in L2 and its inputs are read a block of every head at a
- * time, so with [B][T][H][D] strides (each token's heads side by side) the
- * group reads whole runs of memory. With fewer heads than threads each head's
- * columns are split so that every thread gets a unit; each unit makes the
+ * columns, then the next head. The group's states stay in L2 and its
+ * inputs are read a block of every head at a time, so with [B][T][H][D]
+ * strides (each token's heads side by side) the group reads whole runs of
+ * memory. With fewer heads than threads each head's columns are split so that every thread gets a unit; each unit makes the
  * features itself and keeps its own normaliser (the unit holding column 0
  * stores it). Units share nothing but the inputs, so they need no
  * synchronisation, and since a column's arithmetic is the same whichever

@@ -320,16 +320,17 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
  * columns, then the next head. The group's states stay in L2 and its
  * inputs are read a block of every head at a time, so with [B][T][H][D]
  * strides (each token's heads side by side) the group reads whole runs of
- * memory. With fewer heads than threads each head's columns are split so that every thread gets a unit; each unit makes the
- * features itself and keeps its own normaliser (the unit holding column 0
- * stores it). Units share nothing but the inputs, so they need no
- * synchronisation, and since a column's arithmetic is the same whichever
- * unit holds it, results do not depend on the split. (Sharing one head's
- * features between threads was tried: the feature rows one core wrote and
- * the other read per block cost more than making them twice.) With
- * the input stage each head's block goes through one buffer of the unit
- * just before its features are made (with grouped heads, the q/k panels
- * of a block are made once for the heads of a q/k head). */
+ * memory. With fewer heads than threads each head's columns are split so
+ * that every thread gets a unit; each unit makes the features itself and
+ * keeps its own normaliser (the unit holding column 0 stores it). Units
+ * share nothing but the inputs, so they need no synchronisation, and since
+ * a column's arithmetic is the same whichever unit holds it, results do
+ * not depend on the split. (Sharing one head's features between threads
+ * was tried: the feature rows one core wrote and the other read per block
+ * cost more than making them twice.) With the input stage each head's
+ * block goes through one buffer of the unit just before its features are
+ * made (with grouped heads, the q/k panels of a block are made once for
+ * the heads of a q/k head). */
 enum {
     BLOCK = 32,                /* tokens whose features are made at once */
     SPLIT_COLUMNS = 16,        /* a unit's columns, when heads are split: a multiple of this */

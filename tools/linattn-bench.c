@@ -148,6 +148,26 @@ static void run_tiny(void *p)
         bench_die("tiny linattn_forward: %s", linattn_strerror(st));
 }
 
+/* The tiny call with one head per thread of a team of n (B=1, H=n): over the
+ * one-thread tiny call, what starting and joining the team costs a call. */
+enum { BENCH_TEAM_MAX = 256 }; /* the library's own cap on a team */
+
+typedef struct {
+    linattn_config cfg;
+    float x[4][BENCH_TEAM_MAX]; /* q, k, v, o: one float per head */
+    float s[BENCH_TEAM_MAX], z[BENCH_TEAM_MAX];
+} team_ctx;
+
+static void run_team(void *p)
+{
+    team_ctx *c = p;
+    const linattn_status st =
+        linattn_forward(&c->cfg, c->x[0], c->x[1], c->x[2], NULL, c->x[3], c->s, c->z);
+    if (st != LINATTN_OK)
+        bench_die("tiny linattn_forward on %d threads: %s", c->cfg.num_threads,
+                  linattn_strerror(st));
+}
+
 static void run_rejected(void *p)
 {
     tiny_ctx *c = p;
@@ -166,6 +186,14 @@ static void bench_overhead(const bench_options *op, linattn_isa isa)
     /* State passed and carried, as a decoder would: no workspace to allocate. */
     const double tiny = bench_time_call(run_tiny, &c, op->min_time) * 1e9;
     const double rejected = bench_time_call(run_rejected, &c, op->min_time) * 1e9;
+    const int team = op->threads < BENCH_TEAM_MAX ? op->threads : BENCH_TEAM_MAX;
+    double teamed = 0.0;
+    if (team > 1) {
+        static team_ctx t; /* zero: every head's q, k, v and state */
+        linattn_config_init(&t.cfg, 1, team, 1, 1, 1);
+        t.cfg.num_threads = team;
+        teamed = bench_time_call(run_team, &t, op->min_time) * 1e9;
+    }
     if (op->json) {
         const bench_case dflt = {FAM_ADDITIVE, G_NONE, LINATTN_PHI_ELU1, 1, 0, 0};
         const bench_shape one = {1, 1, 1, 1, 1, 0};
@@ -180,10 +208,21 @@ static void bench_overhead(const bench_options *op, linattn_isa isa)
         r.what = "rejected_null_q";
         r.ns_per_call = rejected;
         bench_json(&r);
+        if (team > 1) {
+            r.sh.H = r.sh.qk_heads = team;
+            r.what = "tiny_forward_team";
+            r.threads = team;
+            r.ns_per_call = teamed;
+            bench_json(&r);
+        }
     } else {
         printf("overhead (%s): tiny forward (B=H=T=dk=dv=1, state given) %.0f ns/call; "
                "call rejected at argument checking (q = NULL) %.0f ns/call\n",
                linattn_isa_name(isa), tiny, rejected);
+        if (team > 1)
+            printf("overhead (%s): tiny forward on %d threads (H=%d, a head each) %.0f ns/call: "
+                   "%.0f ns to start and join the team\n",
+                   linattn_isa_name(isa), team, team, teamed, teamed - tiny);
     }
 }
 

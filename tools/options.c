@@ -35,7 +35,9 @@ static void usage(void)
           "the step on B=1 H=32 dk=dv=128, the baselines (the scalar table's chunked\n"
           "forward and the plain-C quadratic reference), each row's \"x faster\" than the\n"
           "active ISA's chunked forward, max |chunked - recurrent|, and the time of a\n"
-          "tiny call and of a call rejected at argument checking.\n"
+          "tiny call and of a call rejected at argument checking (with --threads N above\n"
+          "1, also of a tiny call with a head for each of N threads: the cost of starting\n"
+          "and joining the team).\n"
           "\n"
           "Selection (each takes one name, or all):\n"
           "  --isa NAME|all        ",
@@ -167,7 +169,8 @@ static void usage(void)
           "chunk, seconds (per call; quadratic: per head), baseline,\n"
           "max_abs_diff_chunked, and for --decode mode, tokens, us_p50, us_p99, us_max;\n"
           "--model mode: layers, us_per_layer (us_per_token: all layers);\n"
-          "overhead rows: case, ns_per_call.\n"
+          "overhead rows: case (tiny_forward, rejected_null_q, tiny_forward_team),\n"
+          "ns_per_call.\n"
           "\n"
           "Exit status: 0 ok, 1 a run-time failure, 2 a bad command line or an ISA that\n"
           "cannot run here.\n",

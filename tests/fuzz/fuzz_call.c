@@ -1014,6 +1014,11 @@ static void decode_serve(reader *r, call *c)
     c->serve = m < 128 ? 0 : (int)(m % 6);
     const linattn_config *f = &c->cfg;
     const int64_t B = f->batch, H = f->heads, dk = f->dk, dv = f->dv;
+    /* slots for B in 1..8; any other B keeps the plain pool (form 2), whose
+     * reference reads the state K-first: decided before the layout (a
+     * V-first pool under form 2 was compared as K-first: a false finding) */
+    if (c->serve == 4 && !(B >= 1 && B <= 8))
+        c->serve = 2;
     const int vfirst = c->serve == 3 || (c->serve == 4 && (m & 64));
     c->pool = (linattn_state_pool){.slots = B, .slot = wmul(wmul(H, dk), dv), .head = wmul(dk, dv),
                                    .row = vfirst ? 1 : dv, .col = vfirst ? dk : 1,
@@ -1033,8 +1038,6 @@ static void decode_serve(reader *r, call *c)
         c->pool.snapshot_slots = c->pool.snapshots > 0 ? c->snap : NULL;
         if (use & 32) /* a pool slot count that is not B */
             c->pool.slots = (use & 64) ? B - 1 : INT64_MAX;
-    } else if (c->serve == 4) {
-        c->serve = 2;
     }
     if (c->serve == 5) {
         const unsigned b = u8(r);

@@ -314,6 +314,14 @@ def seeds():
         [0, 0, 0, 251, 15, 15, 215, 1, 0, 0, 0, 3, 0, 0, 0, 2] + [0] * 16
         + [252, 255, 0] + [187] * 9 + [127, 251, 58, 0, 112, 97, 0, 0] + [167] * 6
         + [0] * 6 + [1] + [0] * 8)
+    # the slots form (V-first) with B = 200, past the 8 sequences it takes
+    # slots for: it fell back to the plain pool's form, whose reference
+    # reads the state K-first, but kept the V-first strides (a harness
+    # bug: every table's state looked transposed to the reference)
+    s["found-avx2-slots-vfirst-large-batch"] = bytes(
+        [0, 251, 2, 0, 1, 1, 7, 7, 2, 2] + [0] * 6 + [1] + [0] * 9 + [164, 0, 0, 1] + [0] * 4
+        + [164, 0, 0, 1] + [0] * 5 + list(b"s is NU") + [0, 37, 41, 0, 0, 196, 15, 0, 1]
+        + [255] * 7 + [37, 0, 0, 115, 36, 104, 136, 58, 24, 0, 0, 0])
     return s
 
 

@@ -873,7 +873,18 @@ static float gate_from_raw(const call *c, float a, int64_t h, int64_t i)
     return g < -100.0 ? -100.0f : g < 0.0 ? (float)g : 0.0f;
 }
 
-static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, const float *z_out,
+/* Element i = row * dv + col of the state of (b, h): contiguous K-first, or
+ * where the pool's strides put it (forms 2 and 3: slot b). */
+static int64_t state_index(const call *c, int64_t b, int64_t h, int64_t i)
+{
+    const linattn_config *f = &c->cfg;
+    if (c->serve != 2 && c->serve != 3)
+        return (b * f->heads + h) * f->dk * f->dv + i;
+    const linattn_state_pool *p = &c->pool;
+    return b * p->slot + h * p->head + i / f->dv * p->row + i % f->dv * p->col;
+}
+
+static void compare_head(const call *c, int64_t b, int64_t h, const float *z_out,
                          int state_written)
 {
     const linattn_config *f = &c->cfg;
@@ -918,7 +929,7 @@ static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, cons
         const void *s_before = (const float *)allocs[c->host[BS]].before + c->offset[BS];
         s0 = malloc(sizeof(float) * (size_t)(dk * dv));
         for (int64_t i = 0; i < dk * dv; i++)
-            s0[i] = read_typed(c->dt[BS], s_before, (b * H + h) * dk * dv + i);
+            s0[i] = read_typed(c->dt[BS], s_before, state_index(c, b, h, i));
     }
     if (c->used[BZ])
         z0 = (const float *)allocs[c->host[BZ]].before + c->offset[BZ] + (b * H + h) * dk;
@@ -973,7 +984,7 @@ static void compare_head(const call *c, int64_t b, int64_t h, int64_t s_at, cons
             for (int64_t i = 0; i < dk * dv; i++) {
                 const double tol = 2 * (gamma * rs[i].a + rs[i].m + out.flush_o) * (1 + us) +
                                    us * fabs(rs[i].v) + as + 1e-37;
-                const float got = read_typed(c->dt[BS], c->ptr[BS], s_at + i);
+                const float got = read_typed(c->dt[BS], c->ptr[BS], state_index(c, b, h, i));
                 if (!agrees(got, rs[i].v, tol, c->dt[BS])) {
                     char where[96];
                     snprintf(where, sizeof where, "s[b=%lld,h=%lld][%lld]", (long long)b,
@@ -1069,7 +1080,7 @@ static void serve_rules(call *c)
     const int delta = c->kind >= KIND_DELTA_FORWARD;
     if (f->struct_size != sizeof *f && !c->old03)
         fail_reason(c, "linattn_run needs the current config (or a 0.3 one)");
-    c->no_ref = c->serve >= 3;
+    c->no_ref = c->serve >= 4; /* slots: the reference knows no slot map */
     if (c->serve == 5) {
         if (step)
             fail_reason(c, "cu_seqlens on a step");
@@ -1526,9 +1537,8 @@ static int run(const uint8_t *data, size_t size)
         if (finite_inputs && ref_work <= REF_WORK && !c.ambiguous && !c.no_ref)
             for (int64_t b = 0; b < f->batch; b++)
                 for (int64_t h = 0; h < f->heads; h++) {
-                    const int64_t s_at = (b * f->heads + h) * f->dk * f->dv;
                     const float *z_out = c.used[BZ] ? c.ptr[BZ] + (b * f->heads + h) * f->dk : NULL;
-                    compare_head(&c, b, h, s_at, z_out, c.used[BS]);
+                    compare_head(&c, b, h, z_out, c.used[BS]);
                 }
         /* The same bits with one thread. */
         if (f->num_threads != 1 && ref_work <= WORK / 4) {

@@ -134,37 +134,22 @@ static void check_quadratic(const bench_options *op, linattn_isa isa, const benc
 
 /* ---- call overhead --------------------------------------------------- */
 
+/* A float per head of each buffer: the tiny call has one head, the team's
+ * call one per thread (at most the library's own cap on a team). */
+enum { BENCH_TEAM_MAX = 256 };
+
 typedef struct {
     linattn_config cfg;
-    float q, k, v, o, s, z;
+    float q[BENCH_TEAM_MAX], k[BENCH_TEAM_MAX], v[BENCH_TEAM_MAX], o[BENCH_TEAM_MAX];
+    float s[BENCH_TEAM_MAX], z[BENCH_TEAM_MAX];
 } tiny_ctx;
 
 static void run_tiny(void *p)
 {
     tiny_ctx *c = p;
-    const linattn_status st =
-        linattn_forward(&c->cfg, &c->q, &c->k, &c->v, NULL, &c->o, &c->s, &c->z);
+    const linattn_status st = linattn_forward(&c->cfg, c->q, c->k, c->v, NULL, c->o, c->s, c->z);
     if (st != LINATTN_OK)
-        bench_die("tiny linattn_forward: %s", linattn_strerror(st));
-}
-
-/* The tiny call with one head per thread of a team of n (B=1, H=n): over the
- * one-thread tiny call, what starting and joining the team costs a call. */
-enum { BENCH_TEAM_MAX = 256 }; /* the library's own cap on a team */
-
-typedef struct {
-    linattn_config cfg;
-    float x[4][BENCH_TEAM_MAX]; /* q, k, v, o: one float per head */
-    float s[BENCH_TEAM_MAX], z[BENCH_TEAM_MAX];
-} team_ctx;
-
-static void run_team(void *p)
-{
-    team_ctx *c = p;
-    const linattn_status st =
-        linattn_forward(&c->cfg, c->x[0], c->x[1], c->x[2], NULL, c->x[3], c->s, c->z);
-    if (st != LINATTN_OK)
-        bench_die("tiny linattn_forward on %d threads: %s", c->cfg.num_threads,
+        bench_die("tiny linattn_forward on %d thread(s): %s", c->cfg.num_threads,
                   linattn_strerror(st));
 }
 
@@ -172,7 +157,7 @@ static void run_rejected(void *p)
 {
     tiny_ctx *c = p;
     const linattn_status st =
-        linattn_forward(&c->cfg, NULL, &c->k, &c->v, NULL, &c->o, &c->s, &c->z);
+        linattn_forward(&c->cfg, NULL, c->k, c->v, NULL, c->o, c->s, c->z);
     if (st != LINATTN_E_NULL)
         bench_die("linattn_forward with q = NULL returned '%s'", linattn_strerror(st));
 }
@@ -180,7 +165,7 @@ static void run_rejected(void *p)
 static void bench_overhead(const bench_options *op, linattn_isa isa)
 {
     bench_use_isa(isa);
-    tiny_ctx c = {.q = 0.5f, .k = 0.25f, .v = 1.0f};
+    tiny_ctx c = {.q = {0.5f}, .k = {0.25f}, .v = {1.0f}}; /* the other heads: zeros */
     linattn_config_init(&c.cfg, 1, 1, 1, 1, 1);
     c.cfg.num_threads = 1;
     /* State passed and carried, as a decoder would: no workspace to allocate. */
@@ -188,11 +173,10 @@ static void bench_overhead(const bench_options *op, linattn_isa isa)
     const double rejected = bench_time_call(run_rejected, &c, op->min_time) * 1e9;
     const int team = op->threads < BENCH_TEAM_MAX ? op->threads : BENCH_TEAM_MAX;
     double teamed = 0.0;
-    if (team > 1) {
-        static team_ctx t; /* zero: every head's q, k, v and state */
-        linattn_config_init(&t.cfg, 1, team, 1, 1, 1);
-        t.cfg.num_threads = team;
-        teamed = bench_time_call(run_team, &t, op->min_time) * 1e9;
+    if (team > 1) { /* the same call with a head per thread */
+        linattn_config_init(&c.cfg, 1, team, 1, 1, 1);
+        c.cfg.num_threads = team;
+        teamed = bench_time_call(run_tiny, &c, op->min_time) * 1e9;
     }
     if (op->json) {
         const bench_case dflt = {FAM_ADDITIVE, G_NONE, LINATTN_PHI_ELU1, 1, 0, 0};

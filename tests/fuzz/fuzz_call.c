@@ -386,7 +386,7 @@ typedef struct {
     /* The 0.3 serving form (byte after the regimes; 0: the 0.2 entry point):
      * 1 linattn_run as is, 2 the state as a K-first pool of B slots, 3 a
      * V-first pool, 4 hostile read/write/snapshot slots, 5 cu_seqlens. */
-    int serve, no_ref;
+    int serve;
     linattn_state_pool pool;
     int32_t rd[8], wr[8], snap[8 * 4];
     int64_t cu[6], nseq;
@@ -891,38 +891,58 @@ static float gate_from_raw(const call *c, float a, int64_t h, int64_t i)
 }
 
 /* Element i = row * dv + col of the state of (b, h): contiguous K-first, or
- * where the pool's strides put it (forms 2 and 3: slot b). */
+ * where the pool's strides put it (forms 2 to 4: slot b). */
 static int64_t state_index(const call *c, int64_t b, int64_t h, int64_t i)
 {
     const linattn_config *f = &c->cfg;
-    if (c->serve != 2 && c->serve != 3)
+    if (c->serve < 2 || c->serve > 4)
         return (b * f->heads + h) * f->dk * f->dv + i;
     const linattn_state_pool *p = &c->pool;
     return b * p->slot + h * p->head + i / f->dv * p->row + i % f->dv * p->col;
 }
 
-static void compare_head(const call *c, int64_t b, int64_t h, const float *z_out,
-                         int state_written)
+/* Bits of element i of buffer x: as the call left it, and as it was before. */
+static int unchanged(const call *c, int x, int64_t i)
+{
+    const size_t size = c->dt[x] == LINATTN_BF16 || c->dt[x] == LINATTN_F16 ? 2 : 4;
+    const uint8_t *now = (const uint8_t *)c->ptr[x];
+    const uint8_t *was = (const uint8_t *)((const float *)allocs[c->host[x]].before + c->offset[x]);
+    return memcmp(now + (size_t)i * size, was + (size_t)i * size, size) == 0;
+}
+
+/* The double-precision reference for value head h of batch entry b over its
+ * tokens [t0, t0 + len), from the state slot `from` held before the call
+ * (-1: zeros), with the tolerance factor its length gives. */
+typedef struct {
+    ref_cfg rc;
+    ref_num *o, *den, *s, *z;
+    ref_out out;
+    double gamma;
+} head_ref;
+
+static void head_ref_run(const call *c, head_ref *r, int64_t b, int64_t h, int64_t t0,
+                         int64_t len, int64_t from)
 {
     const linattn_config *f = &c->cfg;
-    const int64_t T = c->T, dk = f->dk, dv = f->dv, H = f->heads, QH = c->qk_heads;
+    const int64_t T = len, dk = f->dk, dv = f->dv, H = f->heads, QH = c->qk_heads;
     const int delta = c->kind >= KIND_DELTA_FORWARD;
     const int64_t hq = c->head_map == LINATTN_HEADS_TILED ? h % QH : h / (H / QH);
-    float *q = malloc(sizeof(float) * (size_t)(T * dk)),
-          *k = malloc(sizeof(float) * (size_t)(T * dk));
-    float *v = malloc(sizeof(float) * (size_t)(T * dv)),
-          *g = malloc(sizeof(float) * (size_t)(T * dk));
-    float *beta = malloc(sizeof(float) * (size_t)T);
+    float *q = malloc(sizeof(float) * (size_t)(T * dk + 1)),
+          *k = malloc(sizeof(float) * (size_t)(T * dk + 1));
+    float *v = malloc(sizeof(float) * (size_t)(T * dv + 1)),
+          *g = malloc(sizeof(float) * (size_t)(T * dk + 1));
+    float *beta = malloc(sizeof(float) * (size_t)(T + 1));
     for (int64_t t = 0; t < T; t++) {
+        const int64_t tc = t0 + t; /* the token in the call */
         for (int64_t i = 0; i < dk; i++) {
             q[t * dk + i] = read_typed(c->dt[BQ], c->ptr[BQ],
-                                       b * f->q.batch + hq * f->q.head + t * f->q.token + i);
+                                       b * f->q.batch + hq * f->q.head + tc * f->q.token + i);
             k[t * dk + i] = read_typed(c->dt[BK], c->ptr[BK],
-                                       b * f->k.batch + hq * f->k.head + t * f->k.token + i);
+                                       b * f->k.batch + hq * f->k.head + tc * f->k.token + i);
             if (c->used[BG]) {
                 const layout *l = &c->lay[BG];
                 const int64_t off = b * l->st[0] + h * l->st[1] +
-                                    (f->gate == LINATTN_GATE_HEAD ? 0 : t * l->st[2]) +
+                                    (f->gate == LINATTN_GATE_HEAD ? 0 : tc * l->st[2]) +
                                     (f->gate == LINATTN_GATE_CHANNEL ? i : 0);
                 g[t * dk + i] = c->gate_act ? gate_from_raw(c, c->ptr[BG][off], h, i)
                                             : c->ptr[BG][off];
@@ -930,10 +950,10 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *z_out
         }
         for (int64_t j = 0; j < dv; j++)
             v[t * dv + j] = read_typed(c->dt[BV], c->ptr[BV],
-                                       b * f->v.batch + h * f->v.head + t * f->v.token + j);
+                                       b * f->v.batch + h * f->v.head + tc * f->v.token + j);
         if (delta) {
             const double x = read_typed(c->dt[BBETA], c->ptr[BBETA],
-                                        b * c->beta.batch + h * c->beta.head + t * c->beta.token);
+                                        b * c->beta.batch + h * c->beta.head + tc * c->beta.token);
             beta[t] = !c->beta_act ? (float)x
                                    : (float)((c->beta_act == LINATTN_BETA_ACT_SIGMOID2 ? 2 : 1) /
                                              (1.0 + exp(-x)));
@@ -942,87 +962,191 @@ static void compare_head(const call *c, int64_t b, int64_t h, const float *z_out
     /* The initial state is the snapshot taken before the call. */
     const float *z0 = NULL;
     float *s0 = NULL;
-    if (c->used[BS]) {
+    if (c->used[BS] && from >= 0) {
         const void *s_before = (const float *)allocs[c->host[BS]].before + c->offset[BS];
         s0 = malloc(sizeof(float) * (size_t)(dk * dv));
         for (int64_t i = 0; i < dk * dv; i++)
-            s0[i] = read_typed(c->dt[BS], s_before, state_index(c, b, h, i));
+            s0[i] = read_typed(c->dt[BS], s_before, state_index(c, from, h, i));
     }
-    if (c->used[BZ])
-        z0 = (const float *)allocs[c->host[BZ]].before + c->offset[BZ] + (b * H + h) * dk;
+    if (c->used[BZ] && from >= 0)
+        z0 = (const float *)allocs[c->host[BZ]].before + c->offset[BZ] + (from * H + h) * dk;
 
-    const ref_cfg rc = {delta, f->causal != 0 || c->kind == KIND_STEP, !delta && f->normalize == 1,
-                        f->phi, c->used[BG], f->gate == LINATTN_GATE_CHANNEL,
-                        c->qk_l2norm == 1, T, dk, dv, f->scale, f->eps};
+    r->rc = (ref_cfg){delta, f->causal != 0 || c->kind == KIND_STEP, !delta && f->normalize == 1,
+                      f->phi, c->used[BG], f->gate == LINATTN_GATE_CHANNEL,
+                      c->qk_l2norm == 1, T, dk, dv, f->scale, f->eps};
     const ref_in in = {q, k, v, c->used[BG] ? g : NULL, beta, s0, z0};
-    ref_num *ro = malloc(sizeof(ref_num) * (size_t)(T * dv)),
-            *rd = malloc(sizeof(ref_num) * (size_t)T);
-    ref_num *rs = malloc(sizeof(ref_num) * (size_t)(dk * dv)),
-            *rz = malloc(sizeof(ref_num) * (size_t)dk);
-    ref_out out = {ro, rc.normalize ? rd : NULL, rs, rc.normalize ? rz : NULL, 0, 0, 0, 0};
-    ref_head(&rc, &in, &out);
+    r->o = malloc(sizeof(ref_num) * (size_t)(T * dv + 1));
+    r->den = malloc(sizeof(ref_num) * (size_t)(T + 1));
+    r->s = malloc(sizeof(ref_num) * (size_t)(dk * dv));
+    r->z = malloc(sizeof(ref_num) * (size_t)dk);
+    r->out = (ref_out){r->o, r->rc.normalize ? r->den : NULL, r->s, r->rc.normalize ? r->z : NULL,
+                       0, 0, 0, 0};
+    ref_head(&r->rc, &in, &r->out);
+    /* gates from raw projections: a few ulps of each log-decay more */
+    r->gamma = (delta ? 64 : 16) * (double)(T + dk + dv + 16) * FLT_EPSILON +
+               (c->gate_act ? 20 : 4) * FLT_EPSILON * r->out.gate_sum;
+    free(q), free(k), free(v), free(g), free(beta), free(s0);
+}
 
-    if (!out.overflow) {
-        const double u = FLT_EPSILON;
-        /* gates from raw projections: a few ulps of each log-decay more */
-        const double gamma = (delta ? 64 : 16) * (double)(T + dk + dv + 16) * u +
-                             (c->gate_act ? 20 : 4) * u * out.gate_sum;
-        /* a 16-bit o or state: one more rounding, relative (absolute for
-         * float16 subnormals) */
-        const double uo = unit_roundoff(c->dt[BO]), us = unit_roundoff(c->dt[BS]);
-        const double ao = subnormal_roundoff(c->dt[BO]), as = subnormal_roundoff(c->dt[BS]);
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t j = 0; j < dv; j++) {
-                const float got = read_typed(c->dt[BO], c->ptr[BO],
-                                             b * f->o.batch + h * f->o.head + t * f->o.token + j);
-                const ref_num n = ro[t * dv + j];
-                const double en = gamma * n.a + n.m + out.flush_o;
-                double ref = n.v, tol = 2 * en;
-                if (rc.normalize) {
-                    const ref_num d = rd[t];
-                    const double ed = gamma * d.a + d.m + out.flush_den;
-                    if (!(fabs(d.v) > 4 * ed) || fabs(d.v) < 1e-30)
-                        continue; /* the normaliser's sign is not determined in fp32 */
-                    ref = n.v / d.v;
-                    tol = 2 * (en + fabs(ref) * ed) / (fabs(d.v) - ed);
-                }
-                if (fabs(ref) > 1e30)
-                    continue;
-                tol = tol * (1 + uo) + uo * fabs(ref) + ao;
-                if (!agrees(got, ref, tol + 1e-37, c->dt[BO])) {
-                    char where[96];
-                    snprintf(where, sizeof where, "o[b=%lld,h=%lld,t=%lld,%lld]", (long long)b,
-                             (long long)h, (long long)t, (long long)j);
-                    fprintf(stderr, "\n(tolerance %g, gate sum %g)", tol, out.gate_sum);
-                    fuzz_fail(c, "%s = %.9g, reference %.9g", where, got, ref);
-                }
+static void head_ref_free(head_ref *r) { free(r->o), free(r->den), free(r->s), free(r->z); }
+
+/* The o rows of the reference's tokens, token t being t0 + t of entry b. */
+static void check_o(const call *c, const head_ref *r, int64_t b, int64_t h, int64_t t0)
+{
+    const linattn_config *f = &c->cfg;
+    if (r->out.overflow)
+        return;
+    /* a 16-bit o: one more rounding, relative (absolute for float16 subnormals) */
+    const double uo = unit_roundoff(c->dt[BO]), ao = subnormal_roundoff(c->dt[BO]);
+    for (int64_t t = 0; t < r->rc.T; t++)
+        for (int64_t j = 0; j < f->dv; j++) {
+            const int64_t at = b * f->o.batch + h * f->o.head + (t0 + t) * f->o.token + j;
+            const float got = read_typed(c->dt[BO], c->ptr[BO], at);
+            const ref_num n = r->o[t * f->dv + j];
+            const double en = r->gamma * n.a + n.m + r->out.flush_o;
+            double ref = n.v, tol = 2 * en;
+            if (r->rc.normalize) {
+                const ref_num d = r->den[t];
+                const double ed = r->gamma * d.a + d.m + r->out.flush_den;
+                if (!(fabs(d.v) > 4 * ed) || fabs(d.v) < 1e-30)
+                    continue; /* the normaliser's sign is not determined in fp32 */
+                ref = n.v / d.v;
+                tol = 2 * (en + fabs(ref) * ed) / (fabs(d.v) - ed);
             }
-        if (state_written) {
-            for (int64_t i = 0; i < dk * dv; i++) {
-                const double tol = 2 * (gamma * rs[i].a + rs[i].m + out.flush_o) * (1 + us) +
-                                   us * fabs(rs[i].v) + as + 1e-37;
-                const float got = read_typed(c->dt[BS], c->ptr[BS], state_index(c, b, h, i));
-                if (!agrees(got, rs[i].v, tol, c->dt[BS])) {
-                    char where[96];
-                    snprintf(where, sizeof where, "s[b=%lld,h=%lld][%lld]", (long long)b,
-                             (long long)h, (long long)i);
-                    fuzz_fail(c, "%s = %.9g, reference %.9g", where, got, rs[i].v);
-                }
+            if (fabs(ref) > 1e30)
+                continue;
+            tol = tol * (1 + uo) + uo * fabs(ref) + ao;
+            if (!agrees(got, ref, tol + 1e-37, c->dt[BO])) {
+                char where[96];
+                snprintf(where, sizeof where, "o[b=%lld,h=%lld,t=%lld,%lld]", (long long)b,
+                         (long long)h, (long long)(t0 + t), (long long)j);
+                fprintf(stderr, "\n(tolerance %g, gate sum %g)", tol, r->out.gate_sum);
+                fuzz_fail(c, "%s = %.9g, reference %.9g", where, got, ref);
             }
-            if (rc.normalize && z_out)
-                for (int64_t i = 0; i < dk; i++) {
-                    const double tol = 2 * (gamma * rz[i].a + rz[i].m + out.flush_den) + 1e-37;
-                    if (!(fabs((double)z_out[i] - rz[i].v) <= tol)) {
-                        char where[96];
-                        snprintf(where, sizeof where, "z[b=%lld,h=%lld][%lld]", (long long)b,
-                                 (long long)h, (long long)i);
-                        fuzz_fail(c, "%s = %.9g, reference %.9g", where, z_out[i], rz[i].v);
-                    }
-                }
+        }
+}
+
+/* The reference's final state (and z) against what slot `slot` holds. */
+static void check_state(const call *c, const head_ref *r, int64_t slot, int64_t h)
+{
+    const linattn_config *f = &c->cfg;
+    if (r->out.overflow)
+        return;
+    const int64_t dk = f->dk, dv = f->dv;
+    /* a 16-bit state: one more rounding */
+    const double us = unit_roundoff(c->dt[BS]), as = subnormal_roundoff(c->dt[BS]);
+    for (int64_t i = 0; i < dk * dv; i++) {
+        const ref_num n = r->s[i];
+        const double tol =
+            2 * (r->gamma * n.a + n.m + r->out.flush_o) * (1 + us) + us * fabs(n.v) + as + 1e-37;
+        const float got = read_typed(c->dt[BS], c->ptr[BS], state_index(c, slot, h, i));
+        if (!agrees(got, n.v, tol, c->dt[BS])) {
+            char where[96];
+            snprintf(where, sizeof where, "s[slot %lld,h=%lld][%lld]", (long long)slot,
+                     (long long)h, (long long)i);
+            fuzz_fail(c, "%s = %.9g, reference %.9g", where, got, n.v);
         }
     }
-    free(q), free(k), free(v), free(g), free(beta), free(ro), free(rd), free(rs), free(rz),
-        free(s0);
+    if (!r->rc.normalize || !c->used[BZ])
+        return;
+    const float *z = c->ptr[BZ] + (slot * f->heads + h) * dk;
+    for (int64_t i = 0; i < dk; i++) {
+        const double tol = 2 * (r->gamma * r->z[i].a + r->z[i].m + r->out.flush_den) + 1e-37;
+        if (!(fabs((double)z[i] - r->z[i].v) <= tol)) {
+            char where[96];
+            snprintf(where, sizeof where, "z[slot %lld,h=%lld][%lld]", (long long)slot,
+                     (long long)h, (long long)i);
+            fuzz_fail(c, "%s = %.9g, reference %.9g", where, z[i], r->z[i].v);
+        }
+    }
+}
+
+/* Entry b's head h over tokens [t0, t0 + len) from slot `from`: its o rows,
+ * and its final state in slot `to` (-1: not stored). */
+static void compare_sequence(const call *c, int64_t b, int64_t h, int64_t t0, int64_t len,
+                             int64_t from, int64_t to)
+{
+    head_ref r;
+    head_ref_run(c, &r, b, h, t0, len, from);
+    check_o(c, &r, b, h, t0);
+    if (to >= 0)
+        check_state(c, &r, to, h);
+    head_ref_free(&r);
+}
+
+/* The hostile slots' form: every sequence's o rows (a padding one's as they
+ * were), every slot a sequence writes holding the state after the token
+ * that wrote it last (its snapshots in order, then its final state), and
+ * every other slot as it was, bit for bit. */
+static void compare_slots(const call *c)
+{
+    const linattn_config *f = &c->cfg;
+    const linattn_state_pool *p = &c->pool;
+    const int64_t B = f->batch, H = f->heads, T = c->T, K = p->snapshots;
+    int64_t writer[8], after[8], from[8];
+    for (int64_t s = 0; s < 8; s++)
+        writer[s] = -1;
+    for (int64_t n = 0; n < B; n++) {
+        const int64_t rd = p->read_slots ? p->read_slots[n] : n;
+        const int64_t wr = p->write_slots ? p->write_slots[n] : rd;
+        from[n] = rd < 0 ? -1 : rd;
+        if (rd < 0 && wr < 0) { /* padding */
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t j = 0; j < f->dv; j++)
+                        if (!unchanged(c, BO,
+                                       n * f->o.batch + h * f->o.head + t * f->o.token + j))
+                            fuzz_fail(c, "%s %g changed (token %g)", "o row of padding sequence",
+                                      (double)n, (double)t);
+            continue;
+        }
+        for (int64_t j = 0; j < K; j++) {
+            const int64_t s = p->snapshot_slots[n * K + j];
+            if (s >= 0 && T - K + j >= 0)
+                writer[s] = n, after[s] = T - K + j;
+        }
+        if (wr >= 0)
+            writer[wr] = n, after[wr] = T - 1;
+        for (int64_t h = 0; h < H; h++)
+            compare_sequence(c, n, h, 0, T, from[n], -1);
+    }
+    for (int64_t s = 0; s < p->slots; s++)
+        for (int64_t h = 0; h < H; h++) {
+            if (writer[s] >= 0) {
+                head_ref r;
+                head_ref_run(c, &r, writer[s], h, 0, after[s] + 1, from[writer[s]]);
+                check_state(c, &r, s, h);
+                head_ref_free(&r);
+                continue;
+            }
+            for (int64_t i = 0; i < f->dk * f->dv; i++)
+                if (!unchanged(c, BS, state_index(c, s, h, i)))
+                    fuzz_fail(c, "%s %g changed (element %g)", "s of a slot no sequence writes:",
+                              (double)s, (double)i);
+            for (int64_t i = 0; c->used[BZ] && i < f->dk; i++)
+                if (!unchanged(c, BZ, (s * H + h) * f->dk + i))
+                    fuzz_fail(c, "%s %g changed (element %g)", "z of a slot no sequence writes:",
+                              (double)s, (double)i);
+        }
+}
+
+/* Every value the call produced against the reference. */
+static void compare_call(const call *c)
+{
+    const linattn_config *f = &c->cfg;
+    if (c->serve == 4) {
+        compare_slots(c);
+        return;
+    }
+    if (c->serve == 5) { /* packed: each sequence from a zero state */
+        for (int64_t n = 0; n < c->nseq; n++)
+            for (int64_t h = 0; h < f->heads && c->cu[n + 1] > c->cu[n]; h++)
+                compare_sequence(c, 0, h, c->cu[n], c->cu[n + 1] - c->cu[n], -1, -1);
+        return;
+    }
+    for (int64_t b = 0; b < f->batch; b++)
+        for (int64_t h = 0; h < f->heads; h++)
+            compare_sequence(c, b, h, 0, c->T, b, c->used[BS] ? b : -1);
 }
 
 /* ---- the serving form (linattn_run) ------------------------------------- */
@@ -1097,7 +1221,6 @@ static void serve_rules(call *c)
     const int delta = c->kind >= KIND_DELTA_FORWARD;
     if (f->struct_size != sizeof *f && !c->old03)
         fail_reason(c, "linattn_run needs the current config (or a 0.3 one)");
-    c->no_ref = c->serve >= 4; /* slots: the reference knows no slot map */
     if (c->serve == 5) {
         if (step)
             fail_reason(c, "cu_seqlens on a step");
@@ -1551,12 +1674,8 @@ static int run(const uint8_t *data, size_t size)
         }
         const wide ref_work =
             smul(smul(f->batch, f->heads), smul(c.T, smul(f->dk, f->dv) + f->dk + f->dv));
-        if (finite_inputs && ref_work <= REF_WORK && !c.ambiguous && !c.no_ref)
-            for (int64_t b = 0; b < f->batch; b++)
-                for (int64_t h = 0; h < f->heads; h++) {
-                    const float *z_out = c.used[BZ] ? c.ptr[BZ] + (b * f->heads + h) * f->dk : NULL;
-                    compare_head(&c, b, h, z_out, c.used[BS]);
-                }
+        if (finite_inputs && ref_work <= REF_WORK && !c.ambiguous)
+            compare_call(&c);
         /* The same bits with one thread. */
         if (f->num_threads != 1 && ref_work <= WORK / 4) {
             uint8_t *after[NBUF] = {0};

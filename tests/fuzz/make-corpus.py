@@ -217,6 +217,23 @@ def seeds():
                                         phi="identity", threads=2,
                                         serve=[SERVE["slots_vfirst"], 3 | 3 << 2, 0, 1, 0, 1,
                                                0, 6, 2, 9])
+    # slots the reference follows (hostile_slot() picks from n, -1, (n + 1) % B, B, ...):
+    # sequence 0 new (read -1) into slot 0, its snapshot of token T - 2 there too (the final
+    # state wins); 1 reads slot 1, stores no final state, snapshots token T - 2 to slot 2;
+    # 2 is padding, its snapshot slots (1, read by 1, and 0) never written
+    s["serve-slots-fresh-snapshots"] = call(kind="delta_forward", B=3, T=5, gate="token",
+                                            phi="identity", threads=2,
+                                            serve=[SERVE["slots"], 3 | 3 << 2, 1, 0, 0, 1, 8, 1,
+                                                   0, 1, 0, 1, 0, 7])
+    # the additive family's z through slots: 0 -> 1, padding, a new sequence into slot 2;
+    # slot 0's s and z are read, never written
+    s["serve-slots-additive-z"] = call(B=3, T=6, gate="channel", normalize=1, threads=2,
+                                       serve=[SERVE["slots"], 3 | 2 << 2, 0, 2, 1, 1, 1, 0,
+                                              1, 6, 1])
+    # V-first decode: slot 0 -> 1, two padding sequences; slot 2 is named by no one
+    s["serve-slots-vfirst-step-unnamed"] = call(kind="delta_step", B=3, gate="channel",
+                                                phi="identity",
+                                                serve=[SERVE["slots_vfirst"], 3, 0, 2, 1, 1, 8, 5])
     # one sequence, a pool of B - 1 = 0 slots: refused, nothing written
     s["serve-pool-no-slot"] = call(kind="delta_forward", B=1, T=2, gate="token", phi="identity",
                                    serve=[SERVE["slots_vfirst"], 32 | 64, 0, 0])

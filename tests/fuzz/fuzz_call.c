@@ -14,7 +14,9 @@
  *    with reference.c within its error bound (and so are finite, but for a
  *    16-bit value past its type's range: the infinity of its sign) whenever
  *    the inputs are finite and no fp32 overflow is possible, and a rerun with
- *    num_threads = 1 gives the same bits.
+ *    num_threads = 1 gives the same bits;
+ *  - a serving-form call run as a plan's units, in ranges the input picks,
+ *    gives linattn_run's bits, and the plan refuses ranges outside it.
  *
  * Allocations stay small: a decoded call whose buffers exceed BUDGET floats
  * is skipped, unless its shape or strides are invalid; then the library
@@ -396,6 +398,9 @@ typedef struct {
      * struct_size does not cover the fields). */
     linattn_dtype dt[NBUF];
     int gate_act, beta_act, old03;
+    /* Host threads (the byte after the 0.4.0 fields; 0: none): the serving
+     * form run as a plan, its units in ranges this picks (see run_plan). */
+    unsigned plan;
     float lower_bound;
     unsigned alog_mode, bias_mode;
     float *A_log, *dt_bias; /* malloc'd (ASan sees their bounds), or NULL */
@@ -793,6 +798,87 @@ static const char *last_error_text(void)
     return linattn_last_error ? linattn_last_error() : NULL;
 }
 
+static void fuzz_fail(const call *c, const char *fmt, const char *detail, double x, double y);
+
+/* Ranges the plan must refuse (and an empty one it must take), before any
+ * unit has run: each gets its status and leaves every buffer as it was. */
+static void plan_refusals(const call *c, const linattn_plan *plan, int64_t units, size_t ws_bytes)
+{
+    unsigned char *ws = aligned_alloc(64, (ws_bytes + 64) / 64 * 64 + 64);
+    const struct {
+        int64_t first, count;
+        void *ws;
+        linattn_status want;
+    } bad[] = {{-1, 1, ws, LINATTN_E_ARG},
+               {0, -1, ws, LINATTN_E_ARG},
+               {0, units + 1, ws, LINATTN_E_ARG},
+               {units, 1, ws, LINATTN_E_ARG},
+               {INT64_MAX, INT64_MAX, ws, LINATTN_E_ARG},
+               {1, INT64_MAX, ws, LINATTN_E_ARG},
+               {units + 1, 0, ws, LINATTN_E_ARG},
+               {units, 0, NULL, LINATTN_OK}, /* nothing to run: no workspace needed */
+               {0, units, NULL, units > 0 ? LINATTN_E_NULL : LINATTN_OK},
+               {0, units, ws + 4, LINATTN_E_ARG}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const linattn_status st = linattn_plan_run(plan, bad[i].first, bad[i].count, bad[i].ws);
+        if (st != bad[i].want)
+            fuzz_fail(c, "%s [%g, + %g) returned another status", "linattn_plan_run of units",
+                      (double)bad[i].first, (double)bad[i].count);
+    }
+    if (linattn_plan_run(NULL, 0, 0, ws) != LINATTN_E_NULL)
+        fuzz_fail(c, "%s", "linattn_plan_run(NULL) did not return LINATTN_E_NULL", 0, 0);
+    free(ws);
+    for (int b = 0; b < NBUF; b++) {
+        const alloc *a = &allocs[b];
+        if (a->block && memcmp(a->before, a->data, (size_t)a->n * 4) != 0)
+            fuzz_fail(c, "memory of %s changed by a refused linattn_plan_run", buf_names[b], 0, 0);
+    }
+}
+
+/* The call as a plan (what an engine's own threads do), on this thread:
+ * c->plan % 4 picks the ranges (1: unit by unit from the last, 2: the
+ * second half then the first, 3: runs of 1 + (c->plan >> 2) % 5 units),
+ * each with a workspace of its own; bit 7 tries refused ranges first. */
+static linattn_status run_plan(const call *c, linattn_op op, const linattn_config *cfg,
+                               const linattn_operands *ops)
+{
+    linattn_plan *plan = (linattn_plan *)(uintptr_t)8; /* must become NULL on failure */
+    const linattn_status st = linattn_plan_create(&plan, op, cfg, ops);
+    if (st != LINATTN_OK) {
+        if (plan != NULL)
+            fuzz_fail(c, "%s", "linattn_plan_create failed but left *plan set", 0, 0);
+        return st;
+    }
+    const int64_t units = linattn_plan_units(plan);
+    const size_t ws_bytes = linattn_plan_workspace_size(plan);
+    if (units < 1)
+        fuzz_fail(c, "%s %g units", "a plan of", (double)units, 0);
+    if (c->plan & 128)
+        plan_refusals(c, plan, units, ws_bytes);
+    const int64_t step = c->plan % 4 == 3 ? 1 + (c->plan >> 2) % 5 : units;
+    for (int64_t r = 0, done = 0; done < units; r++) {
+        int64_t first, count;
+        switch (c->plan % 4) {
+        case 1: first = units - 1 - r, count = 1; break;
+        case 2: first = r == 0 ? units / 2 : 0, count = r == 0 ? units - units / 2 : units / 2;
+                break;
+        default: first = done, count = units - done < step ? units - done : step; break;
+        }
+        /* a workspace per range, as a thread has; filled with NaN under ASan */
+        void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64 + 64);
+        const linattn_status rs = linattn_plan_run(plan, first, count, ws);
+        free(ws);
+        if (rs != LINATTN_OK) {
+            fuzz_fail(c, "%s [%g, + %g) failed", "linattn_plan_run of units", (double)first,
+                      (double)count);
+            break;
+        }
+        done += count;
+    }
+    linattn_plan_destroy(plan);
+    return LINATTN_OK;
+}
+
 static linattn_status invoke(const call *c, const linattn_config *cfg)
 {
     float *const *p = c->ptr;
@@ -808,6 +894,8 @@ static linattn_status invoke(const call *c, const linattn_config *cfg)
             ops.pool = &c->pool;
         if (c->serve == 5)
             ops.cu_seqlens = c->cu, ops.num_seqs = c->nseq;
+        if (c->plan)
+            return run_plan(c, ops_of[c->kind], cfg, &ops);
         return linattn_run(ops_of[c->kind], cfg, &ops);
     }
     switch (c->kind) {
@@ -1418,6 +1506,7 @@ static int run(const uint8_t *data, size_t size)
         c.regime[i] = regime[i] = u8(&r);
     decode_serve(&r, &c);
     decode_ext(&r, &c);
+    c.plan = c.serve ? u8(&r) : 0;
 
     const int delta = c.kind >= KIND_DELTA_FORWARD;
     if (delta && !(linattn_delta_forward && linattn_delta_step))
@@ -1637,8 +1726,9 @@ static int run(const uint8_t *data, size_t size)
     /* FUZZ_VERBOSE=1: what each input became (for checking new seeds) */
     if (getenv("FUZZ_VERBOSE"))
         fprintf(stderr,
-                "fuzz_call: %s serve %d dtypes %d%d%d%d%d%d act %d/%d: status %d%s%s%s: %s\n",
-                kind_names[c.kind], c.serve, c.dt[BQ], c.dt[BK], c.dt[BV], c.dt[BBETA], c.dt[BO],
+                "fuzz_call: %s serve %d plan %u dtypes %d%d%d%d%d%d act %d/%d: status %d%s%s%s: "
+                "%s\n",
+                kind_names[c.kind], c.serve, c.plan, c.dt[BQ], c.dt[BK], c.dt[BV], c.dt[BBETA], c.dt[BO],
                 c.dt[BS], c.gate_act, c.beta_act, (int)st, c.must_fail ? " (must fail: " : "",
                 c.must_fail ? c.why : "", c.must_fail ? ")" : "", msg ? msg : "");
     if (c.must_fail && st == LINATTN_OK)
@@ -1676,8 +1766,9 @@ static int run(const uint8_t *data, size_t size)
             smul(smul(f->batch, f->heads), smul(c.T, smul(f->dk, f->dv) + f->dk + f->dv));
         if (finite_inputs && ref_work <= REF_WORK && !c.ambiguous)
             compare_call(&c);
-        /* The same bits with one thread. */
-        if (f->num_threads != 1 && ref_work <= WORK / 4) {
+        /* The same bits with one thread, and from linattn_run for a plan's
+         * units in any ranges. */
+        if ((f->num_threads != 1 || c.plan) && ref_work <= WORK / 4) {
             uint8_t *after[NBUF] = {0};
             for (int b = 0; b < NBUF; b++) {
                 alloc *a = &allocs[b];
@@ -1690,14 +1781,17 @@ static int run(const uint8_t *data, size_t size)
             linattn_config one = *f;
             one.num_threads = 1;
             memcpy(cfg_block, &one, sizeof one);
-            const linattn_status st1 = invoke(&c, (const linattn_config *)cfg_block);
+            call by_run = c;
+            by_run.plan = 0;
+            const linattn_status st1 = invoke(&by_run, (const linattn_config *)cfg_block);
             if (st1 != LINATTN_OK)
                 fuzz_fail(&c, "num_threads = 1 gives status %s", linattn_strerror(st1), 0, 0);
             for (int b = 0; b < NBUF; b++) {
                 const alloc *a = &allocs[b];
                 if (after[b] && !same_but_nans(a->t, after[b], a->data, a->n))
-                    fuzz_fail(&c, "%s differs between num_threads %g and 1", buf_names[b],
-                              (double)f->num_threads, 0);
+                    fuzz_fail(&c, c.plan ? "%s differs between a plan's units and linattn_run"
+                                         : "%s differs between num_threads %g and 1",
+                              buf_names[b], (double)f->num_threads, 0);
                 free(after[b]);
             }
         }

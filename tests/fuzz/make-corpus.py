@@ -52,7 +52,7 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
          cfg_null=False, q="contig", k="contig", v="contig", o="contig", g="contig",
          beta="contig", k_same_as_q=False, state_byte=0, place=None, seed=1,
          regimes=None, raw_dims=None, g_head_byte=0, q_extra=(), o_extra=(), serve=(),
-         ext=()):
+         ext=(), plan=None):
     b = [KINDS[kind]]
     if raw_dims:
         b += raw_dims
@@ -87,7 +87,10 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
     regimes = regimes or {}
     b += [regimes.get(name, 0) for name in BUFS]
     b += list(serve) or ([0] if ext else [])  # the serving form: decode_serve() in fuzz_call.c
-    b += list(ext)  # 0.4.0 fields: decode_ext() in fuzz_call.c
+    b += list(ext) or ([0] if plan is not None else [])  # 0.4.0 fields: decode_ext()
+    if plan is not None:  # the serving form as a plan's units: run_plan() in fuzz_call.c
+        assert serve
+        b += [plan]
     return bytes(b)
 
 
@@ -234,7 +237,22 @@ def seeds():
     s["serve-slots-vfirst-step-unnamed"] = call(kind="delta_step", B=3, gate="channel",
                                                 phi="identity",
                                                 serve=[SERVE["slots_vfirst"], 3, 0, 2, 1, 1, 8, 5])
-    # one sequence, a pool of B - 1 = 0 slots: refused, nothing written
+    # plans (the units run on the caller's thread in ranges: 1 one by one from the last,
+    # 2 the second half then the first, 3 runs of 1 + (byte >> 2) % 5; + 128 refused ranges
+    # first): the same bits as linattn_run
+    s["serve-plan-pool-vfirst-backwards"] = call(kind="delta_forward", B=3, gate="channel",
+                                                 phi="identity", threads=2,
+                                                 serve=[SERVE["pool_vfirst"]], plan=1 | 128)
+    s["serve-plan-cu-halves"] = call(B=1, T=40, gate="token", serve=[SERVE["cu"], 3], plan=2)
+    s["serve-plan-slots-runs"] = call(kind="delta_forward", B=3, T=5, gate="token",
+                                      phi="identity",
+                                      serve=[SERVE["slots"], 3 | 3 << 2, 1, 0, 0, 1, 8, 1,
+                                             0, 1, 0, 1, 0, 7], plan=3 | 1 << 2 | 128)
+    s["serve-plan-contiguous-bf16"] = call(kind="delta_step", B=3, H=4, gate="token",
+                                           phi="identity", serve=[SERVE["run"]],
+                                           ext=ext(q="bf16", o="bf16", s="bf16"), plan=1)
+    s["serve-plan-refused"] = call(kind="forward", B=3, gate="token",
+                                   serve=[SERVE["slots"], 3, 0, 6, 0, 6, 0, 6], plan=2 | 128)
     s["serve-pool-no-slot"] = call(kind="delta_forward", B=1, T=2, gate="token", phi="identity",
                                    serve=[SERVE["slots_vfirst"], 32 | 64, 0, 0])
     s["serve-cu-4seqs"] = call(B=1, T=40, gate="token", threads=2, serve=[SERVE["cu"], 3])

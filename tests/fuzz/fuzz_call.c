@@ -1728,8 +1728,8 @@ static int run(const uint8_t *data, size_t size)
         fprintf(stderr,
                 "fuzz_call: %s serve %d plan %u dtypes %d%d%d%d%d%d act %d/%d: status %d%s%s%s: "
                 "%s\n",
-                kind_names[c.kind], c.serve, c.plan, c.dt[BQ], c.dt[BK], c.dt[BV], c.dt[BBETA], c.dt[BO],
-                c.dt[BS], c.gate_act, c.beta_act, (int)st, c.must_fail ? " (must fail: " : "",
+                kind_names[c.kind], c.serve, c.plan, c.dt[BQ], c.dt[BK], c.dt[BV], c.dt[BBETA],
+                c.dt[BO], c.dt[BS], c.gate_act, c.beta_act, (int)st, c.must_fail ? " (must fail: " : "",
                 c.must_fail ? c.why : "", c.must_fail ? ")" : "", msg ? msg : "");
     if (c.must_fail && st == LINATTN_OK)
         fuzz_fail(&c, "returned OK, expected a failure: %s", c.why, 0, 0);

@@ -1171,8 +1171,8 @@ static void compare_slots(const call *c)
     const linattn_config *f = &c->cfg;
     const linattn_state_pool *p = &c->pool;
     const int64_t B = f->batch, H = f->heads, T = c->T, K = p->snapshots;
-    int64_t writer[8], after[8], from[8];
-    for (int64_t s = 0; s < 8; s++)
+    int64_t writer[8 + 2], after[8 + 2], from[8];
+    for (int64_t s = 0; s < 8 + 2; s++)
         writer[s] = -1;
     for (int64_t n = 0; n < B; n++) {
         const int64_t rd = p->read_slots ? p->read_slots[n] : n;
@@ -1278,6 +1278,10 @@ static void decode_serve(reader *r, call *c)
         c->pool.snapshot_slots = c->pool.snapshots > 0 ? c->snap : NULL;
         if (use & 32) /* a pool slot count that is not B */
             c->pool.slots = (use & 64) ? B - 1 : INT64_MAX;
+        else if (use & 128) { /* two more slots, which only a slot map reaches */
+            c->pool.slots = B + 2;
+            c->lay[BS].n[0] = c->lay[BZ].n[0] = B + 2;
+        }
     }
     if (c->serve == 5) {
         const unsigned b = u8(r);

@@ -228,6 +228,13 @@ def seeds():
                                             phi="identity", threads=2,
                                             serve=[SERVE["slots"], 3 | 3 << 2, 1, 0, 0, 1, 8, 1,
                                                    0, 1, 0, 1, 0, 7])
+    # a pool of B + 2 slots (use & 128): sequence 0 moves slot 0 to slot B, 1 steps in place,
+    # slot B + 1 is named by no one
+    s["serve-slots-pool-larger"] = call(kind="delta_step", B=2, gate="token", phi="identity",
+                                        serve=[SERVE["slots"], 128 | 3, 0, 3, 0, 0])
+    s["serve-slots-pool-larger-additive"] = call(B=2, T=3, gate="token", normalize=1,
+                                                 serve=[SERVE["slots_vfirst"], 128 | 3, 0, 3,
+                                                        0, 0])
     # the additive family's z through slots: 0 -> 1, padding, a new sequence into slot 2;
     # slot 0's s and z are read, never written
     s["serve-slots-additive-z"] = call(B=3, T=6, gate="channel", normalize=1, threads=2,

@@ -623,28 +623,30 @@ static int compute(PyObject *const *args, const pool_args *pa)
 {
     long long kind, layout, gate = -1, phi, algo, causal, normalize, chunk, threads, head_map,
               l2, zc, gate_act, beta_act;
-    if (as_long(args[0], "kind", 0, 3, &kind) || choose(args[1], "layout", layouts, &layout) ||
-        (args[10] != Py_None && choose(args[10], "gate", gates, &gate)) ||
-        choose(args[11], "phi", phis, &phi) || choose(args[12], "algo", algos, &algo) ||
-        flag(args[13], "causal", &causal) || flag(args[14], "normalize", &normalize) ||
-        as_long(args[17], "chunk", LLONG_MIN, LLONG_MAX, &chunk) ||
-        as_long(args[18], "num_threads", INT_MIN, INT_MAX, &threads) ||
-        choose(args[19], "head_map", head_maps, &head_map) ||
-        flag(args[20], "qk_l2norm", &l2) || flag(args[21], "z_compensated", &zc) ||
+    if (as_long(args[A_KIND], "kind", 0, 3, &kind) ||
+        choose(args[A_LAYOUT], "layout", layouts, &layout) ||
+        (args[A_GATE] != Py_None && choose(args[A_GATE], "gate", gates, &gate)) ||
+        choose(args[A_PHI], "phi", phis, &phi) || choose(args[A_ALGO], "algo", algos, &algo) ||
+        flag(args[A_CAUSAL], "causal", &causal) ||
+        flag(args[A_NORMALIZE], "normalize", &normalize) ||
+        as_long(args[A_CHUNK], "chunk", LLONG_MIN, LLONG_MAX, &chunk) ||
+        as_long(args[A_THREADS], "num_threads", INT_MIN, INT_MAX, &threads) ||
+        choose(args[A_HEAD_MAP], "head_map", head_maps, &head_map) ||
+        flag(args[A_L2], "qk_l2norm", &l2) || flag(args[A_ZC], "z_compensated", &zc) ||
         choose(args[A_GATE_ACT], "gate_act", gate_acts, &gate_act) ||
         choose(args[A_BETA_ACT], "beta_act", beta_acts, &beta_act))
         return -1;
     const double lower = args[A_LOWER] == Py_None ? 0.0 : PyFloat_AsDouble(args[A_LOWER]);
     const int default_scale = pa && pa->decode && args[A_SCALE] == Py_None;
-    const double eps = PyFloat_AsDouble(args[15]);
-    double scale = default_scale ? 0.0 : PyFloat_AsDouble(args[16]);
+    const double eps = PyFloat_AsDouble(args[A_EPS]);
+    double scale = default_scale ? 0.0 : PyFloat_AsDouble(args[A_SCALE]);
     if (PyErr_Occurred())
         return -1;
 
     const int step = kind == RUN_STEP || kind == RUN_DELTA_STEP;
     const int delta = kind == RUN_DELTA_FORWARD || kind == RUN_DELTA_STEP;
-    PyObject *const g_obj = args[5], *const beta_obj = args[6];
-    PyObject *const s_obj = args[8], *const z_obj = args[9];
+    PyObject *const g_obj = args[A_G], *const beta_obj = args[A_BETA];
+    PyObject *const s_obj = args[A_S], *const z_obj = args[A_Z];
     const int bthd = !step && layout == LAYOUT_BTHD;
 
     if (gate == -1) {
@@ -684,10 +686,10 @@ static int compute(PyObject *const *args, const pool_args *pa)
     view ib[4];
     Py_ssize_t ib_n[4] = {0, 0, 0, 0};
     ib[0].held = ib[1].held = ib[2].held = ib[3].held = 0;
-    if (acquire_t(args[2], "q", qk_axes, qk_shape, 0, T_ANY, &q) ||
-        acquire_t(args[3], "k", qk_axes, qk_shape, 0, T_ANY, &k) ||
-        acquire_t(args[4], "v", qk_axes, v_shape, 0, T_ANY, &v) ||
-        acquire_t(args[7], "o", qk_axes, v_shape, 1, T_ANY, &o))
+    if (acquire_t(args[A_Q], "q", qk_axes, qk_shape, 0, T_ANY, &q) ||
+        acquire_t(args[A_K], "k", qk_axes, qk_shape, 0, T_ANY, &k) ||
+        acquire_t(args[A_V], "v", qk_axes, v_shape, 0, T_ANY, &v) ||
+        acquire_t(args[A_O], "o", qk_axes, v_shape, 1, T_ANY, &o))
         goto done;
     const int64_t B = q.n[0], Hq = q.n[1], T = q.n[2], dk = q.n[3];
     if (default_scale)

@@ -389,6 +389,7 @@ typedef struct {
      * 1 linattn_run as is, 2 the state as a K-first pool of B slots, 3 a
      * V-first pool, 4 hostile read/write/snapshot slots, 5 cu_seqlens. */
     int serve;
+    int packed_pool; /* form 5 with a pool and slot maps (the byte after the plan's) */
     linattn_state_pool pool;
     int32_t rd[8], wr[8], snap[8 * 4];
     int64_t cu[6], nseq;
@@ -791,6 +792,9 @@ static void probe_features(void)
 /* ---- the check --------------------------------------------------------- */
 
 static alloc allocs[NBUF];
+
+/* The call's state is a pool (forms 2 to 4, packed sequences with one). */
+static int uses_pool(const call *c) { return (c->serve >= 2 && c->serve <= 4) || c->packed_pool; }
 static _Alignas(64) uint8_t cfg_block[sizeof(linattn_config) + 64];
 
 static const char *last_error_text(void)
@@ -890,7 +894,7 @@ static linattn_status invoke(const call *c, const linattn_config *cfg)
         ops.q = p[BQ], ops.k = p[BK], ops.v = p[BV], ops.g = p[BG], ops.beta = p[BBETA];
         ops.o = p[BO], ops.s = p[BS], ops.z = p[BZ];
         ops.A_log = c->A_log, ops.dt_bias = c->dt_bias;
-        if (c->serve >= 2 && c->serve <= 4)
+        if (uses_pool(c))
             ops.pool = &c->pool;
         if (c->serve == 5)
             ops.cu_seqlens = c->cu, ops.num_seqs = c->nseq;
@@ -978,12 +982,23 @@ static float gate_from_raw(const call *c, float a, int64_t h, int64_t i)
     return g < -100.0 ? -100.0f : g < 0.0 ? (float)g : 0.0f;
 }
 
+/* Sequence n's inputs: entry *b, tokens [*t0, *t0 + length). */
+static int64_t seq_tokens(const call *c, int64_t n, int64_t *b, int64_t *t0)
+{
+    if (c->serve == 5) {
+        *b = 0, *t0 = c->cu[n];
+        return c->cu[n + 1] - c->cu[n];
+    }
+    *b = n, *t0 = 0;
+    return c->T;
+}
+
 /* Element i = row * dv + col of the state of (b, h): contiguous K-first, or
- * where the pool's strides put it (forms 2 to 4: slot b). */
+ * where the pool's strides put it (slot b). */
 static int64_t state_index(const call *c, int64_t b, int64_t h, int64_t i)
 {
     const linattn_config *f = &c->cfg;
-    if (c->serve < 2 || c->serve > 4)
+    if (!uses_pool(c))
         return (b * f->heads + h) * f->dk * f->dv + i;
     const linattn_state_pool *p = &c->pool;
     return b * p->slot + h * p->head + i / f->dv * p->row + i % f->dv * p->col;
@@ -1170,39 +1185,43 @@ static void compare_slots(const call *c)
 {
     const linattn_config *f = &c->cfg;
     const linattn_state_pool *p = &c->pool;
-    const int64_t B = f->batch, H = f->heads, T = c->T, K = p->snapshots;
+    const int64_t N = c->serve == 5 ? c->nseq : f->batch, H = f->heads, K = p->snapshots;
     int64_t writer[8 + 2], after[8 + 2], from[8];
     for (int64_t s = 0; s < 8 + 2; s++)
         writer[s] = -1;
-    for (int64_t n = 0; n < B; n++) {
+    for (int64_t n = 0; n < N; n++) {
         const int64_t rd = p->read_slots ? p->read_slots[n] : n;
         const int64_t wr = p->write_slots ? p->write_slots[n] : rd;
+        int64_t b, t0;
+        const int64_t len = seq_tokens(c, n, &b, &t0);
         from[n] = rd < 0 ? -1 : rd;
         if (rd < 0 && wr < 0) { /* padding */
             for (int64_t h = 0; h < H; h++)
-                for (int64_t t = 0; t < T; t++)
+                for (int64_t t = t0; t < t0 + len; t++)
                     for (int64_t j = 0; j < f->dv; j++)
                         if (!unchanged(c, BO,
-                                       n * f->o.batch + h * f->o.head + t * f->o.token + j))
+                                       b * f->o.batch + h * f->o.head + t * f->o.token + j))
                             fuzz_fail(c, "%s %g changed (token %g)", "o row of padding sequence",
                                       (double)n, (double)t);
             continue;
         }
         for (int64_t j = 0; j < K; j++) {
             const int64_t s = p->snapshot_slots[n * K + j];
-            if (s >= 0 && T - K + j >= 0)
-                writer[s] = n, after[s] = T - K + j;
+            if (s >= 0 && len - K + j >= 0)
+                writer[s] = n, after[s] = len - K + j;
         }
-        if (wr >= 0)
-            writer[wr] = n, after[wr] = T - 1;
+        if (wr >= 0) /* an empty sequence: its read slot's state (or zeros) */
+            writer[wr] = n, after[wr] = len - 1;
         for (int64_t h = 0; h < H; h++)
-            compare_sequence(c, n, h, 0, T, from[n], -1);
+            compare_sequence(c, b, h, t0, len, from[n], -1);
     }
     for (int64_t s = 0; s < p->slots; s++)
         for (int64_t h = 0; h < H; h++) {
             if (writer[s] >= 0) {
                 head_ref r;
-                head_ref_run(c, &r, writer[s], h, 0, after[s] + 1, from[writer[s]]);
+                int64_t b, t0;
+                seq_tokens(c, writer[s], &b, &t0);
+                head_ref_run(c, &r, b, h, t0, after[s] + 1, from[writer[s]]);
                 check_state(c, &r, s, h);
                 head_ref_free(&r);
                 continue;
@@ -1222,7 +1241,7 @@ static void compare_slots(const call *c)
 static void compare_call(const call *c)
 {
     const linattn_config *f = &c->cfg;
-    if (c->serve == 4) {
+    if (c->serve == 4 || c->packed_pool) {
         compare_slots(c);
         return;
     }
@@ -1303,6 +1322,40 @@ static void decode_serve(reader *r, call *c)
     }
 }
 
+/* Packed sequences with a pool (the byte after the plan's; form 5 only):
+ * bit 0 a pool of num_seqs slots (bit 1: two more), bit 2 V-first, bits 3
+ * and 4 the read and the write slot maps given, m >> 5 picks K; then each
+ * sequence's read and write slot and its K snapshot slots, as in form 4. */
+static void decode_packed_pool(reader *r, call *c)
+{
+    const unsigned m = u8(r);
+    if (c->serve != 5 || !(m & 1) || c->nseq < 1)
+        return;
+    const linattn_config *f = &c->cfg;
+    const int64_t N = c->nseq, H = f->heads, dk = f->dk, dv = f->dv;
+    const int vfirst = (m & 4) != 0;
+    c->packed_pool = 1;
+    c->pool = (linattn_state_pool){.slots = N + (m & 2 ? 2 : 0), .slot = wmul(wmul(H, dk), dv),
+                                   .head = wmul(dk, dv), .row = vfirst ? 1 : dv,
+                                   .col = vfirst ? dk : 1, .z_slot = wmul(H, dk), .z_head = dk};
+    for (int64_t n = 0; n < N; n++) {
+        c->rd[n] = hostile_slot(r, n, N);
+        c->wr[n] = hostile_slot(r, n, N);
+    }
+    c->pool.read_slots = m & 8 ? c->rd : NULL;
+    c->pool.write_slots = m & 16 ? c->wr : NULL;
+    const int64_t Ks[8] = {0, 1, 2, 3, 4, -1, 1, 2};
+    c->pool.snapshots = Ks[m >> 5];
+    for (int64_t i = 0; i < N * (c->pool.snapshots > 0 ? c->pool.snapshots : 0); i++)
+        c->snap[i] = hostile_slot(r, i % N, N);
+    c->pool.snapshot_slots = c->pool.snapshots > 0 ? c->snap : NULL;
+    /* the pool in an allocation of its own (z too where the call needs it) */
+    c->lay[BS].n[0] = c->lay[BZ].n[0] = c->pool.slots;
+    const int z = c->kind < KIND_DELTA_FORWARD && f->normalize == 1;
+    for (int b = BS; b <= (z ? BZ : BS); b++)
+        c->used[b] = 1, c->place[b] = 0, c->host[b] = b, c->offset[b] = 0;
+}
+
 /* What linattn_run must refuse beyond the 0.2 rules. */
 static void serve_rules(call *c)
 {
@@ -1325,9 +1378,9 @@ static void serve_rules(call *c)
         for (int64_t n = 0; n < c->nseq; n++)
             if (c->cu[n + 1] < c->cu[n])
                 fail_reason(c, "cu_seqlens falls");
-        return;
-    }
-    if (c->serve < 2)
+        if (!c->packed_pool)
+            return;
+    } else if (c->serve < 2)
         return;
     if (!c->used[BS] || c->place[BS] >= 2)
         fail_reason(c, "a pool without s");
@@ -1340,11 +1393,14 @@ static void serve_rules(call *c)
         fail_reason(c, "a pool larger than memory");
     if (p->slots < 1) /* the B - 1 slots decoded for B = 1 */
         fail_reason(c, "a pool without a slot");
-    if (c->serve != 4 || p->slots < 1 || f->batch < 1 || f->batch > 8)
+    const int64_t B = c->serve == 5 ? c->nseq : f->batch;
+    const int64_t K = p->snapshots > 0 ? p->snapshots : 0;
+    if ((c->serve != 4 && !c->packed_pool) || p->slots < 1 || B < 1 || B > 8)
         return;
-    const int64_t B = f->batch, K = p->snapshots > 0 ? p->snapshots : 0, T = step ? 1 : f->seq_len;
-    int64_t rd[8], wr[8];
+    int64_t rd[8], wr[8], len[8]; /* len: tokens of each sequence */
     for (int64_t n = 0; n < B; n++) {
+        int64_t b, t0;
+        len[n] = step ? 1 : seq_tokens(c, n, &b, &t0);
         rd[n] = p->read_slots ? p->read_slots[n] : n;
         wr[n] = p->write_slots ? p->write_slots[n] : rd[n];
         if (rd[n] >= p->slots || wr[n] >= p->slots)
@@ -1359,7 +1415,7 @@ static void serve_rules(call *c)
         if (rd[n] < 0 && wr[n] < 0)
             continue;
         for (int64_t x = -1; x < K; x++) {
-            const int64_t w = x < 0 ? wr[n] : (T - K + x >= 0 ? c->snap[n * K + x] : -1);
+            const int64_t w = x < 0 ? wr[n] : (len[n] - K + x >= 0 ? c->snap[n * K + x] : -1);
             if (w < 0)
                 continue;
             for (int64_t m = 0; m < B; m++) {
@@ -1368,7 +1424,7 @@ static void serve_rules(call *c)
                 if (rd[m] == w || wr[m] == w)
                     fail_reason(c, "slot written by one sequence and used by another");
                 for (int64_t y = 0; y < K; y++)
-                    if (T - K + y >= 0 && c->snap[m * K + y] == w)
+                    if (len[m] - K + y >= 0 && c->snap[m * K + y] == w)
                         fail_reason(c, "slot written by two sequences");
             }
         }
@@ -1511,6 +1567,7 @@ static int run(const uint8_t *data, size_t size)
     decode_serve(&r, &c);
     decode_ext(&r, &c);
     c.plan = c.serve ? u8(&r) : 0;
+    decode_packed_pool(&r, &c);
 
     const int delta = c.kind >= KIND_DELTA_FORWARD;
     if (delta && !(linattn_delta_forward && linattn_delta_step))
@@ -1730,11 +1787,12 @@ static int run(const uint8_t *data, size_t size)
     /* FUZZ_VERBOSE=1: what each input became (for checking new seeds) */
     if (getenv("FUZZ_VERBOSE"))
         fprintf(stderr,
-                "fuzz_call: %s serve %d plan %u dtypes %d%d%d%d%d%d act %d/%d: status %d%s%s%s: "
+                "fuzz_call: %s serve %d%s plan %u dtypes %d%d%d%d%d%d act %d/%d: status %d%s%s%s: "
                 "%s\n",
-                kind_names[c.kind], c.serve, c.plan, c.dt[BQ], c.dt[BK], c.dt[BV], c.dt[BBETA],
-                c.dt[BO], c.dt[BS], c.gate_act, c.beta_act, (int)st, c.must_fail ? " (must fail: " : "",
-                c.must_fail ? c.why : "", c.must_fail ? ")" : "", msg ? msg : "");
+                kind_names[c.kind], c.serve, c.packed_pool ? "+pool" : "", c.plan, c.dt[BQ],
+                c.dt[BK], c.dt[BV], c.dt[BBETA], c.dt[BO], c.dt[BS], c.gate_act, c.beta_act,
+                (int)st, c.must_fail ? " (must fail: " : "", c.must_fail ? c.why : "",
+                c.must_fail ? ")" : "", msg ? msg : "");
     if (c.must_fail && st == LINATTN_OK)
         fuzz_fail(&c, "returned OK, expected a failure: %s", c.why, 0, 0);
     if (!c.must_fail && !c.ambiguous && fits && st != LINATTN_OK)

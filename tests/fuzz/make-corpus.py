@@ -52,7 +52,7 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
          cfg_null=False, q="contig", k="contig", v="contig", o="contig", g="contig",
          beta="contig", k_same_as_q=False, state_byte=0, place=None, seed=1,
          regimes=None, raw_dims=None, g_head_byte=0, q_extra=(), o_extra=(), serve=(),
-         ext=(), plan=None):
+         ext=(), plan=None, packed_pool=()):
     b = [KINDS[kind]]
     if raw_dims:
         b += raw_dims
@@ -87,10 +87,11 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
     regimes = regimes or {}
     b += [regimes.get(name, 0) for name in BUFS]
     b += list(serve) or ([0] if ext else [])  # the serving form: decode_serve() in fuzz_call.c
-    b += list(ext) or ([0] if plan is not None else [])  # 0.4.0 fields: decode_ext()
-    if plan is not None:  # the serving form as a plan's units: run_plan() in fuzz_call.c
+    b += list(ext) or ([0] if plan is not None or packed_pool else [])  # decode_ext()
+    if plan is not None or packed_pool:  # the serving form as a plan's units: run_plan()
         assert serve
-        b += [plan]
+        b += [plan or 0]
+    b += list(packed_pool)  # cu_seqlens with a pool: decode_packed_pool() in fuzz_call.c
     return bytes(b)
 
 
@@ -260,6 +261,25 @@ def seeds():
                                            ext=ext(q="bf16", o="bf16", s="bf16"), plan=1)
     s["serve-plan-refused"] = call(kind="forward", B=3, gate="token",
                                    serve=[SERVE["slots"], 3, 0, 6, 0, 6, 0, 6], plan=2 | 128)
+    # packed sequences with a pool (decode_packed_pool(): bit 0 pool, 1 two more slots,
+    # 2 V-first, 3 / 4 read / write slots given, >> 5 picks K from 0 1 2 3 4 -1 1 2), then
+    # each sequence's read and write slot and its snapshot slots (hostile_slot() over N):
+    # 3 sequences; 0 new into extra slot 3, its token len - 2 to slot 2; 1 in place;
+    # 2 padding; slots 0 and 4 named by no one
+    s["serve-cu-pool-slots"] = call(B=1, T=40, gate="token", normalize=1, threads=2,
+                                    serve=[SERVE["cu"], 2],
+                                    packed_pool=[91, 1, 3, 0, 0, 8, 1, 7, 1, 1, 1, 6, 0])
+    # speculative verification of 2 packed sequences of 3 tokens on a V-first pool: every
+    # token's state to a slot (sequence 0: slots 2, 0, 0; 1: its own slot 1 three times)
+    s["serve-cu-pool-vfirst-spec"] = call(kind="delta_forward", B=1, T=6, gate="channel",
+                                          phi="identity", serve=[SERVE["cu"], 1],
+                                          packed_pool=[127, 0, 1, 0, 1, 3, 6, 0, 0, 2, 0])
+    # empty sequences (T = 2 over 4): 0 new and empty, so slot 0 gets zeros; 2 empty, its
+    # slot 2 copied to slot 3; 3 padding
+    s["serve-cu-pool-empty-sequences"] = call(kind="delta_forward", B=1, T=2, gate="token",
+                                              phi="identity", serve=[SERVE["cu"], 3], plan=1,
+                                              packed_pool=[25, 1, 0, 0, 0, 0, 2, 1, 1])
+    # one sequence, a pool of B - 1 = 0 slots: refused, nothing written
     s["serve-pool-no-slot"] = call(kind="delta_forward", B=1, T=2, gate="token", phi="identity",
                                    serve=[SERVE["slots_vfirst"], 32 | 64, 0, 0])
     s["serve-cu-4seqs"] = call(B=1, T=40, gate="token", threads=2, serve=[SERVE["cu"], 3])

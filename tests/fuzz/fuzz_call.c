@@ -1266,35 +1266,50 @@ static int32_t hostile_slot(reader *r, int64_t n, int64_t B)
     return (int32_t)opts[b % 10];
 }
 
+/* A pool of `slots` states of the call's shape, K-first or V-first. */
+static linattn_state_pool pool_of(const call *c, int64_t slots, int vfirst)
+{
+    const int64_t H = c->cfg.heads, dk = c->cfg.dk, dv = c->cfg.dv;
+    return (linattn_state_pool){.slots = slots, .slot = wmul(wmul(H, dk), dv),
+                                .head = wmul(dk, dv), .row = vfirst ? 1 : dv,
+                                .col = vfirst ? dk : 1, .z_slot = wmul(H, dk), .z_head = dk};
+}
+
+/* Slot maps of N sequences (forms 4 and 5): each one's read and write slot,
+ * then its K snapshot slots, as hostile_slot() picks them; the caller says
+ * which maps the call gets and K. */
+static void decode_slot_maps(reader *r, call *c, int64_t N, int reads, int writes, int64_t K)
+{
+    for (int64_t n = 0; n < N; n++) {
+        c->rd[n] = hostile_slot(r, n, N);
+        c->wr[n] = hostile_slot(r, n, N);
+    }
+    c->pool.read_slots = reads ? c->rd : NULL;
+    c->pool.write_slots = writes ? c->wr : NULL;
+    c->pool.snapshots = K;
+    for (int64_t i = 0; i < N * (K > 0 ? K : 0); i++)
+        c->snap[i] = hostile_slot(r, i % N, N);
+    c->pool.snapshot_slots = K > 0 ? c->snap : NULL;
+}
+
 /* Decodes the serving form; before the contract model runs. */
 static void decode_serve(reader *r, call *c)
 {
     const unsigned m = u8(r);
     c->serve = m < 128 ? 0 : (int)(m % 6);
     const linattn_config *f = &c->cfg;
-    const int64_t B = f->batch, H = f->heads, dk = f->dk, dv = f->dv;
+    const int64_t B = f->batch;
     /* slots for B in 1..8; any other B keeps the plain pool (form 2), whose
      * reference reads the state K-first: decided before the layout (a
      * V-first pool under form 2 was compared as K-first: a false finding) */
     if (c->serve == 4 && !(B >= 1 && B <= 8))
         c->serve = 2;
     const int vfirst = c->serve == 3 || (c->serve == 4 && (m & 64));
-    c->pool = (linattn_state_pool){.slots = B, .slot = wmul(wmul(H, dk), dv), .head = wmul(dk, dv),
-                                   .row = vfirst ? 1 : dv, .col = vfirst ? dk : 1,
-                                   .z_slot = wmul(H, dk), .z_head = dk};
+    c->pool = pool_of(c, B, vfirst);
     if (c->serve == 4 && B >= 1 && B <= 8) {
         const unsigned use = u8(r);
-        for (int64_t n = 0; n < B; n++) {
-            c->rd[n] = hostile_slot(r, n, B);
-            c->wr[n] = hostile_slot(r, n, B);
-        }
-        c->pool.read_slots = use & 1 ? c->rd : NULL;
-        c->pool.write_slots = use & 2 ? c->wr : NULL;
         const int64_t Ks[8] = {0, 0, 1, 2, 4, -1, 1, 3};
-        c->pool.snapshots = Ks[(use >> 2) % 8];
-        for (int64_t i = 0; i < B * (c->pool.snapshots > 0 ? c->pool.snapshots : 0); i++)
-            c->snap[i] = hostile_slot(r, i % B, B);
-        c->pool.snapshot_slots = c->pool.snapshots > 0 ? c->snap : NULL;
+        decode_slot_maps(r, c, B, use & 1, use & 2, Ks[(use >> 2) % 8]);
         if (use & 32) /* a pool slot count that is not B */
             c->pool.slots = (use & 64) ? B - 1 : INT64_MAX;
         else if (use & 128) { /* two more slots, which only a slot map reaches */
@@ -1332,23 +1347,10 @@ static void decode_packed_pool(reader *r, call *c)
     if (c->serve != 5 || !(m & 1) || c->nseq < 1)
         return;
     const linattn_config *f = &c->cfg;
-    const int64_t N = c->nseq, H = f->heads, dk = f->dk, dv = f->dv;
-    const int vfirst = (m & 4) != 0;
     c->packed_pool = 1;
-    c->pool = (linattn_state_pool){.slots = N + (m & 2 ? 2 : 0), .slot = wmul(wmul(H, dk), dv),
-                                   .head = wmul(dk, dv), .row = vfirst ? 1 : dv,
-                                   .col = vfirst ? dk : 1, .z_slot = wmul(H, dk), .z_head = dk};
-    for (int64_t n = 0; n < N; n++) {
-        c->rd[n] = hostile_slot(r, n, N);
-        c->wr[n] = hostile_slot(r, n, N);
-    }
-    c->pool.read_slots = m & 8 ? c->rd : NULL;
-    c->pool.write_slots = m & 16 ? c->wr : NULL;
+    c->pool = pool_of(c, c->nseq + (m & 2 ? 2 : 0), (m & 4) != 0);
     const int64_t Ks[8] = {0, 1, 2, 3, 4, -1, 1, 2};
-    c->pool.snapshots = Ks[m >> 5];
-    for (int64_t i = 0; i < N * (c->pool.snapshots > 0 ? c->pool.snapshots : 0); i++)
-        c->snap[i] = hostile_slot(r, i % N, N);
-    c->pool.snapshot_slots = c->pool.snapshots > 0 ? c->snap : NULL;
+    decode_slot_maps(r, c, c->nseq, m & 8, m & 16, Ks[m >> 5]);
     /* the pool in an allocation of its own (z too where the call needs it) */
     c->lay[BS].n[0] = c->lay[BZ].n[0] = c->pool.slots;
     const int z = c->kind < KIND_DELTA_FORWARD && f->normalize == 1;

@@ -52,15 +52,19 @@ typedef struct la_delta_ops {
      * recurrent's to rounding, not bit for bit. */
     void (*recurrent_vfirst)(const la_head *h, int64_t j0, int64_t nj, void *ws);
     /* The recurrent form's packed working copy of columns [j0, j0 + nj) of
-     * a float state (pack.h): tiles of pack_tile columns, rows pack_ld
+     * a float state (pack.h): tiles of h->pack_tile columns, rows h->pack_ld
      * floats apart. recurrent runs on it when h->s_packed (h->s the copy,
      * its column 0 being j0). Each register tile's rows are contiguous
      * there, so a tile that fits in L1 is not spread over a fraction of
      * L1's sets by the row stride (tuning.h's delta_pack_from_T says when).
      * The driver fills the copy from the state in whatever layout it lies
      * (K-first rows, or a V-first pool through the stage's transposes).
-     * pack_tile 0: the table does not pack. */
-    int64_t pack_tile, pack_ld;
+     * pack_tile 0: the table does not pack. pack_tile is the widest tile;
+     * pack_columns(n) gives the width for a tuning entry's
+     * delta_pack_columns n (whole vectors, at most pack_tile; 0: pack_tile),
+     * and rows are that width plus pack_pad floats apart. */
+    int64_t pack_tile, pack_pad;
+    int64_t (*pack_columns)(int64_t n);
     /* (The default chunk and AUTO's choice are the table's tuning data,
      * tuning.h.) */
 } la_delta_ops;

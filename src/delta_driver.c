@@ -72,10 +72,22 @@ static int packs(const la_kernels *kern, const la_call *c, const delta_algo *a, 
            from != LA_TUNE_NEVER && c->T >= (moved ? 1 : from);
 }
 
-static size_t packed_bytes(const la_kernels *kern, const la_call *c, int64_t nj)
+/* The packed copy's tile (columns) and row stride (floats) under this
+ * machine's tuning entry (0: the table does not pack). */
+static int64_t pack_tile(const la_kernels *kern)
 {
     const la_delta_ops *d = kern->delta;
-    return la_size_up64(la_packed_bytes(c->dk, nj, d->pack_tile, d->pack_ld));
+    return d->pack_tile > 0 ? d->pack_columns(kern->delta_tuning->delta_pack_columns) : 0;
+}
+
+static int64_t pack_ld(const la_kernels *kern)
+{
+    return pack_tile(kern) + kern->delta->pack_pad;
+}
+
+static size_t packed_bytes(const la_kernels *kern, const la_call *c, int64_t nj)
+{
+    return la_size_up64(la_packed_bytes(c->dk, nj, pack_tile(kern), pack_ld(kern)));
 }
 
 /* Where a head's state is: float K-first (s; packed: the kernels' packed
@@ -103,7 +115,8 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
     for (int64_t t0 = 0; t0 < src->T; t0 += a->block) {
         const int64_t n = src->T - t0 < a->block ? src->T - t0 : a->block;
         la_head h = {.dk = c->dk, .dv = c->dv, .s = st.s, .s_bf16 = st.s16, .s_vld = s_vld,
-                     .s_from = t0 == 0 ? st.from : NULL, .s_packed = st.packed, .s_next = st.next,
+                     .s_from = t0 == 0 ? st.from : NULL, .s_packed = st.packed,
+                     .pack_tile = pack_tile(kern), .pack_ld = pack_ld(kern), .s_next = st.next,
                      .step_columns = kern->delta_tuning->delta_step_columns,
                      .step_fuse = kern->delta_tuning->delta_step_fuse, .scale = c->scale,
                      .chunk = a->chunk, .pair_tokens = pairs};
@@ -172,8 +185,8 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
         if (j->pack) {
             st[m] = (head_state){
                 .s = (float *)((unsigned char *)packed + j->pack_bytes * (size_t)m), .packed = 1};
-            la_pack_tiles(state[m], c->dk, c->dv, j0, nj, j->kern->delta->pack_tile,
-                          j->kern->delta->pack_ld, st[m].s);
+            la_pack_tiles(state[m], c->dk, c->dv, j0, nj, pack_tile(j->kern),
+                          pack_ld(j->kern), st[m].s);
         }
         /* a step sweeps each state from L2 after one read from memory:
          * meanwhile the next member's comes in */
@@ -191,8 +204,8 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
         }
     }
     for (int64_t m = 0; m < nm && j->pack && c->s; m++)
-        la_unpack_tiles(state[m], c->dk, c->dv, j0, nj, j->kern->delta->pack_tile,
-                        j->kern->delta->pack_ld, st[m].s);
+        la_unpack_tiles(state[m], c->dk, c->dv, j0, nj, pack_tile(j->kern), pack_ld(j->kern),
+                        st[m].s);
 }
 
 linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
@@ -295,12 +308,10 @@ static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64
     const size_t pb = st.s && !st.s_vld && packs(kern, c, &a, 0) ? packed_bytes(kern, c, nj) : 0;
     float *copy = (float *)((unsigned char *)ws + sb);
     if (pb) {
-        la_pack_tiles(st.s, c->dk, c->dv, j0, nj, kern->delta->pack_tile, kern->delta->pack_ld,
-                      copy);
+        la_pack_tiles(st.s, c->dk, c->dv, j0, nj, pack_tile(kern), pack_ld(kern), copy);
         head_tokens(kern, c, &a, &src, (head_state){.s = copy, .packed = 1}, j0, nj, ws,
                     (unsigned char *)ws + sb + pb);
-        la_unpack_tiles(st.s, c->dk, c->dv, j0, nj, kern->delta->pack_tile, kern->delta->pack_ld,
-                        copy);
+        la_unpack_tiles(st.s, c->dk, c->dv, j0, nj, pack_tile(kern), pack_ld(kern), copy);
         return;
     }
     head_tokens(kern, c, &a, &src, st, j0, nj, ws, (unsigned char *)ws + sb);
@@ -361,7 +372,7 @@ static void fill_packed(const la_kernels *kern, int64_t dk, int64_t j0, int64_t 
                         linattn_dtype t, const void *src, int64_t row, int64_t col, float *copy)
 {
     const la_stage_ops *st = kern->stage;
-    const int64_t tw = kern->delta->pack_tile, ld = kern->delta->pack_ld;
+    const int64_t tw = pack_tile(kern), ld = pack_ld(kern);
     if (col == 1) {
         for (int64_t i = 0; i < dk; i++) {
             float *to = copy + i * ld; /* row i of tile 0, then of each next tile */
@@ -390,7 +401,7 @@ static void drain_packed(const la_kernels *kern, int64_t dk, int64_t j0, int64_t
                          linattn_dtype t, const float *copy, void *dst, int64_t row, int64_t col)
 {
     const la_stage_ops *st = kern->stage;
-    const int64_t tw = kern->delta->pack_tile, ld = kern->delta->pack_ld;
+    const int64_t tw = pack_tile(kern), ld = pack_ld(kern);
     if (col == 1) {
         for (int64_t i = 0; i < dk; i++) {
             const float *from = copy + i * ld;

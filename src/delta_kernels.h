@@ -57,7 +57,7 @@
 #define LA_DELTA_PAIR_NV LA_DELTA_NV
 #endif
 
-/* Packed rows DELTA_PACK_LD floats apart: not padded. On the Xeon a pad
+/* Packed rows are their tile's width apart: not padded. On the Xeon a pad
  * of 16 floats (pack.h) measured -5% to +7% by gate in one run, and level
  * or slower in a second (3 interleaved rounds, fraction of the zmm peak,
  * pad against none: no gate 0.49-0.53 against 0.51-0.53, token 0.44-0.53
@@ -75,7 +75,6 @@ enum {
     DELTA_FUSE_AHEAD = 16,
     DELTA_TILE = LA_DELTA_NV * LA_VW,
     DELTA_PACK_TILE = LA_DELTA_PACK_NV * LA_VW,
-    DELTA_PACK_LD = DELTA_PACK_TILE + LA_DELTA_PACK_PAD,
 };
 
 /* out[0..dk) = mult * phi(x); lanes past dk of the last vector are written
@@ -533,8 +532,10 @@ static void delta_pairs_dispatch(const la_head *h, float *s, int64_t ld, const f
 }
 
 /* One sweep function per gate and state type for whole tiles (of the
- * table's width, and of its packed width); ragged ones (dv not a multiple
- * of the tile, narrowed tiles) read the gate. With pair (a float state,
+ * table's width, and float tiles up to its packed width: the packed and
+ * step tiles a tuning entry may narrow); ragged ones (dv not a multiple of
+ * the vector, wider narrowed tiles) read the gate: run-time gates cost
+ * Zen 4 0.77 -> 0.54 of the peak on 32-column packed tiles without one. With pair (a float state,
  * la_head.pair_tokens), the block's tokens go in pairs and a last odd one
  * alone. */
 static void delta_tile_dispatch(const la_head *h, void *s, int64_t ld, const float *v, float *o,
@@ -551,14 +552,14 @@ static void delta_tile_dispatch(const la_head *h, void *s, int64_t ld, const flo
             return;
     }
 #define DELTA_TOKENS(k) delta_tile_tokens(h, s, ld, v, o, f, dkp, t0, n, k, wl, h->gate, bf16)
+#define DELTA_WHOLE_GATES(k) LA_PER_GATE(h->gate, DELTA_WHOLE, k)
     if (wl == LA_VW && nv == LA_DELTA_NV)
         LA_PER_GATE(h->gate, DELTA_WHOLE, LA_DELTA_NV);
-#if LA_DELTA_PACK_NV != LA_DELTA_NV
-    else if (wl == LA_VW && nv == LA_DELTA_PACK_NV && !bf16)
-        LA_PER_GATE(h->gate, DELTA_WHOLE, LA_DELTA_PACK_NV);
-#endif
+    else if (wl == LA_VW && nv <= LA_DELTA_PACK_NV && !bf16)
+        LA_TILE_SWITCH(nv, LA_DELTA_PACK_NV, DELTA_WHOLE_GATES);
     else
         LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_TOKENS);
+#undef DELTA_WHOLE_GATES
 #undef DELTA_TOKENS
 }
 #undef DELTA_WHOLE
@@ -572,11 +573,18 @@ static int64_t delta_step_tile(const la_head *h)
     return w > 0 && w < DELTA_TILE ? w : DELTA_TILE;
 }
 
+/* The packed copy's tile for a tuning entry's delta_pack_columns n. */
+static int64_t delta_pack_columns(int64_t n)
+{
+    const int64_t w = (n + LA_VW - 1) / LA_VW * LA_VW;
+    return w > 0 && w < DELTA_PACK_TILE ? w : DELTA_PACK_TILE;
+}
+
 static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dkp = round_vw(h->dk);
     const int one_token = h->T == 1 && !h->s_packed && !h->s_bf16;
-    const int64_t tw = h->s_packed ? DELTA_PACK_TILE : one_token ? delta_step_tile(h) : DELTA_TILE;
+    const int64_t tw = h->s_packed ? h->pack_tile : one_token ? delta_step_tile(h) : DELTA_TILE;
     float *f = ws;
     /* pairs of tokens on a float state (la_head.pair_tokens): the rows'
      * scale and their terms after the features */
@@ -614,9 +622,8 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
                 delta_tile_dispatch(&th, h->s_bf16 + jb, h->dv, v, o, f, NULL, dkp, t0, n, nv, wl,
                                     1);
             else if (h->s_packed)
-                delta_tile_dispatch(&th, la_packed_tile(h->s, h->dk, DELTA_PACK_LD,
-                                                        (jb - j0) / DELTA_PACK_TILE),
-                                    DELTA_PACK_LD, v, o, f, pair, dkp, t0, n, nv, wl, 0);
+                delta_tile_dispatch(&th, la_packed_tile(h->s, h->dk, h->pack_ld, (jb - j0) / tw),
+                                    h->pack_ld, v, o, f, pair, dkp, t0, n, nv, wl, 0);
             else
                 delta_tile_dispatch(&th, h->s + jb, h->dv, v, o, f, pair, dkp, t0, n, nv, wl, 0);
         }
@@ -1122,5 +1129,6 @@ const la_delta_ops LA_DELTA_OPS = {
     .chunked = delta_chunked,
     .recurrent_vfirst = delta_recurrent_vfirst,
     .pack_tile = DELTA_PACK_TILE,
-    .pack_ld = DELTA_PACK_LD,
+    .pack_pad = LA_DELTA_PACK_PAD,
+    .pack_columns = delta_pack_columns,
 };

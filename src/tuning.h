@@ -38,6 +38,11 @@ typedef struct la_tuning {
      * this many tokens; LA_TUNE_NEVER: on the state where it lies. The
      * copy changes no arithmetic: results are the same bits either way. */
     int64_t delta_pack_from_T;
+    /* Value columns per register tile on that copy, rounded up to whole
+     * vectors, at most the table's packed tile; 0: the table's. A tile of
+     * dk rows should fit in L1 beside the token's features. The results
+     * are the same bits for any width. */
+    int64_t delta_pack_columns;
     /* The same for the additive family's value-tiled recurrent forward
      * (la_additive_ops.pack). */
     int64_t additive_pack_from_T;

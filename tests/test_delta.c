@@ -862,7 +862,9 @@ END_TEST
 
 /* The recurrent forward on the kernels' packed copy of the state gives the
  * same bits as on the state where it lies, whatever this CPU's tuning
- * entry says: both choices are forced here. */
+ * entry says: both choices are forced here, the copy in tiles of the
+ * table's width and of narrower ones (delta_pack_columns: one vector, 32
+ * and 40 columns, rounded up to whole vectors). */
 START_TEST(packed_state_same_bits)
 {
     if (table->delta == NULL || table->delta->pack_tile == 0) {
@@ -870,9 +872,14 @@ START_TEST(packed_state_same_bits)
                table->name);
         return;
     }
-    la_tuning never = *la_active_kernels()->delta_tuning, always = never;
+    la_tuning never = *la_active_kernels()->delta_tuning, always[4];
     never.delta_pack_from_T = LA_TUNE_NEVER;
-    always.delta_pack_from_T = 1;
+    static const int64_t columns[4] = {0, 1, 32, 40};
+    for (int w = 0; w < 4; w++) {
+        always[w] = never;
+        always[w].delta_pack_from_T = 1;
+        always[w].delta_pack_columns = columns[w];
+    }
     static const int64_t shapes[][6] = {
         /* B, H, qk heads, T, dk, dv */
         {1, 2, 2, 33, 5, 1},   {2, 3, 3, 70, 17, 15},  {1, 2, 1, 65, 64, 100},
@@ -895,13 +902,17 @@ START_TEST(packed_state_same_bits)
                     la_force_table_tuning(table, NULL, &never);
                     ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
                     float *o1 = copy_floats(p.o, p.no), *s1 = p.s ? copy_floats(p.s, p.ns) : NULL;
-                    restore_state(&p);
-                    la_force_table_tuning(table, NULL, &always);
-                    ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
-                    ck_assert_msg(memcmp(o1, p.o, p.no * sizeof(float)) == 0,
-                                  "o differs on the packed copy: %s", dspec_name(&p.sp));
-                    ck_assert_msg(!p.s || memcmp(s1, p.s, p.ns * sizeof(float)) == 0,
-                                  "s differs on the packed copy: %s", dspec_name(&p.sp));
+                    for (int w = 0; w < 4; w++) {
+                        restore_state(&p);
+                        la_force_table_tuning(table, NULL, &always[w]);
+                        ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
+                        ck_assert_msg(memcmp(o1, p.o, p.no * sizeof(float)) == 0,
+                                      "o differs on the packed copy (%lld columns): %s",
+                                      (long long)columns[w], dspec_name(&p.sp));
+                        ck_assert_msg(!p.s || memcmp(s1, p.s, p.ns * sizeof(float)) == 0,
+                                      "s differs on the packed copy (%lld columns): %s",
+                                      (long long)columns[w], dspec_name(&p.sp));
+                    }
                     expect_matches_oracle(&p, "packed copy");
                     free(o1);
                     free(s1);
@@ -940,6 +951,8 @@ START_TEST(packed_pool_same_bits)
         never.delta_pack_from_T = LA_TUNE_NEVER;
         from32.delta_pack_from_T = 32;
         always.delta_pack_from_T = 1;
+        /* with pairs, packed tiles of one vector (delta_pack_columns) */
+        always.delta_pack_columns = pairs;
         const int64_t dk = 13, dv = 2 * table->delta->pack_tile + 5;
         const int32_t rd[B] = {5, -1, 2, 7}, wr[B] = {1, 4, 2, -1};
         static const int64_t Ts[] = {3, 20, 40};
@@ -1059,11 +1072,16 @@ END_TEST
  * threads. */
 START_TEST(pair_sweeps_match_oracle)
 {
-    la_tuning pairs = *la_active_kernels()->delta_tuning, packed = pairs;
+    la_tuning pairs = *la_active_kernels()->delta_tuning, packed = pairs, narrow;
     for (int gate = 0; gate < LA_GATES; gate++)
         pairs.delta_pair_from_T[gate] = packed.delta_pair_from_T[gate] = 2;
     pairs.delta_pack_from_T = LA_TUNE_NEVER;
     packed.delta_pack_from_T = 1;
+    narrow = packed; /* packed tiles of 32 columns (delta_pack_columns) */
+    narrow.delta_pack_columns = 32;
+    const la_tuning *const reruns[3] = {&packed, &pairs, &narrow};
+    static const char *const rerun_names[3] = {"on the packed copy", "on 3 threads",
+                                               "on the packed copy in 32-column tiles"};
     static const int64_t shapes[][6] = {
         /* B, H, qk heads, T, dk, dv */
         {1, 2, 2, 2, 5, 1},    {2, 3, 3, 3, 17, 15},   {1, 2, 1, 33, 64, 100},
@@ -1090,15 +1108,15 @@ START_TEST(pair_sweeps_match_oracle)
                 ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
                 expect_matches_oracle(&p, "pair sweeps");
                 float *o1 = copy_floats(p.o, p.no), *s1 = copy_floats(p.s, p.ns);
-                for (int run = 0; run < 2; run++) {
+                for (int run = 0; run < 3; run++) {
                     restore_state(&p);
-                    p.cfg.num_threads = run ? 3 : 1;
-                    la_force_table_tuning(table, NULL, run ? &pairs : &packed);
+                    p.cfg.num_threads = run == 1 ? 3 : 1;
+                    la_force_table_tuning(table, NULL, reruns[run]);
                     ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
                     ck_assert_msg(memcmp(o1, p.o, p.no * sizeof(float)) == 0 &&
                                       memcmp(s1, p.s, p.ns * sizeof(float)) == 0,
-                                  "pair sweeps give other bits %s (%s)",
-                                  run ? "on 3 threads" : "on the packed copy", dspec_name(&p.sp));
+                                  "pair sweeps give other bits %s (%s)", rerun_names[run],
+                                  dspec_name(&p.sp));
                 }
                 free(o1);
                 free(s1);

@@ -984,6 +984,8 @@ START_TEST(tuning_entries)
             ck_assert_msg(u->delta_pack_from_T >= 1 && u->additive_pack_from_T >= 1,
                           "table %s entry %d: a pack_from_T below 1 (left out of the entry?)",
                           t->name, e);
+            ck_assert_msg(u->delta_pack_columns >= 0 && u->delta_step_columns >= 0,
+                          "table %s entry %d: negative columns per tile", t->name, e);
             for (int g = 0; g < LA_GATES; g++) {
                 ck_assert_msg(u->additive_chunked_above_dk[g] >= 0 &&
                                   u->delta_chunked_above_dk[g] >= 0,

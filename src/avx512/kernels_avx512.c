@@ -169,7 +169,21 @@ static size_t pack_bytes_avx512(int64_t chunk, int64_t dk, int64_t dv)
  * one multiply per state element and token). Chunks (T = 4096, every gate):
  * per token the intra-chunk work grows with the chunk and the pack/state
  * overhead shrinks; 16 is best for d <= 64 (by ~4%, CHANNEL too), 32 for
- * d = 128 (16 is ~2% slower there, 48 and 64 ~5-10%).
+ * d = 128 (16 is ~2% slower there, 48 and 64 ~5-10%). Measured again on
+ * a Zen 4 (family 25 model 17, 2 vCPUs, 2026-11-28; H = 32, dk = dv = 128,
+ * one thread, fraction of the zmm peak, 2-3 alternating rounds) with the
+ * Xeon's choices below: the delta rule on a packed copy in tiles of 32
+ * columns (16 KiB at dk = 128: half of Zen 4's 32 KiB L1; 64 columns fill
+ * it) goes from 0.58-0.59 to 0.76-0.80 without a gate one token at a
+ * time, and in pairs from 0.63 to 0.67-0.76 with a token gate and from
+ * 0.58-0.60 to 0.69 with a channel one. Pairs without a gate measured
+ * 0.69-0.74 there, so gate none goes one token at a time (in calls of
+ * under 32 tokens, on the state where it lies, pairs would be faster:
+ * 0.54-0.61 -> 0.66-0.71 at T = 4..16). The additive family's tokens go
+ * four at a time (elu+1 normalised dk = 64 0.57-0.59 -> 0.60-0.62, identity
+ * dk = 128 0.70 -> 0.76-0.79); its packed copy measured no faster. Decode
+ * steps keep the whole tile: the Xeon's 64 columns with the fused pass
+ * dropped model decode from 0.56-0.58 of the bound to 0.36-0.38.
  *
  * Sapphire/Emerald Rapids, measured on a borrowed Xeon (family 6 model
  * 207, 2026-11-27, short runs on a shared host; docs/kernels.md): the
@@ -195,10 +209,11 @@ static const la_tuning tuning_avx512[] = {
         .additive_chunked_above_dk = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
         .additive_chunk = {{16, 16, 16}, {32, 32, 32}},
         LA_DELTA_TUNING_ZEN4,
-        .delta_pack_from_T = LA_TUNE_NEVER,
-        .delta_pair_from_T = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
+        .delta_pack_from_T = 32,
+        .delta_pack_columns = 32,
+        .delta_pair_from_T = {LA_TUNE_NEVER, 2, 2},
         .additive_pack_from_T = LA_TUNE_NEVER,
-        .additive_quad_from_T = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
+        .additive_quad_from_T = {4, 4, 4},
     },
     {
         .uarch = LA_UARCH_SAPPHIRE_RAPIDS,

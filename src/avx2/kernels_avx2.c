@@ -204,34 +204,33 @@ static size_t pack_bytes_avx2(int64_t chunk, int64_t dk, int64_t dv)
     return layout_of(chunk, dk).bytes;
 }
 
-/* Measured on Zen 4 (B=1, H=8, dk = dv, 1 thread, T = 2048..4096), the
- * first entry (CPUs other than the Xeon below take it too): the recurrent
- * form is faster at dk = 64 with every gate (12-15%) and at 128 (7% without
- * a gate, 2-3% with one); the chunked one at 256, by 4-10%. Chunks (dk = dv
+/* One entry for every machine (Zen 4's, the default), measured on Zen 4
+ * (B=1, H=8, dk = dv, 1 thread, T = 2048..4096): the recurrent form is
+ * faster at dk = 64 with every gate (12-15%) and at 128 (7% without a
+ * gate, 2-3% with one); the chunked one at 256, by 4-10%. Chunks (dk = dv
  * = 64 and 128, 18..48): multiples of the 6-row tile, flat within ~2% over
  * 24..30; NONE is best at 30, TOKEN (decay exps per score tile) and CHANNEL
  * (dot-chain scores growing with the chunk) at 24; 48 loses 3-10%.
  *
- * On a Xeon (family 6 model 207; 2 vCPUs of one, 2026-11-27; H = 32, dk =
- * dv = 128, T = 4096, one thread) the delta rule's pair sweeps ran at
- * 0.59-0.62 of the ymm peak with a token gate against 0.54-0.55 one token
- * at a time, 0.54 against 0.50-0.51 with a channel gate, and 0.66 against
- * 0.68 without a gate.
- * The same entry otherwise (the table runs there only when forced). */
-#define LA_AVX2_TUNING_ZEN4                                                                       \
-    .additive_chunked_above_dk = {128, 128, 128}, .additive_chunk = {{30, 24, 24}, {30, 24, 24}}, \
-    LA_DELTA_TUNING_ZEN4, .delta_pack_from_T = 32, .additive_pack_from_T = LA_TUNE_NEVER,         \
-    .additive_quad_from_T = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER}
+ * The delta rule's tokens go in pairs with a gate, one at a time without
+ * (H = 32, dk = dv = 128, one thread, fraction of the ymm peak, one token
+ * at a time -> pairs). On a Xeon (family 6 model 207; 2 vCPUs of one,
+ * 2026-11-27; T = 4096): token 0.54-0.55 -> 0.59-0.62, channel 0.50-0.51
+ * -> 0.54, none 0.68 -> 0.66. On a Zen 4 (family 25 model 17, 2 vCPUs,
+ * 2026-11-28; T = 4096, and B = 8 with T = 64, 16 and 4): token 0.57-0.63
+ * -> 0.57-0.67, channel 0.53-0.60 -> 0.54-0.61, none 0.67-0.80 ->
+ * 0.59-0.71. Zen 3 itself was not measured. The additive family's four
+ * tokens at a time measured 10-15% slower than pairs on that Zen 4. */
 static const la_tuning tuning_avx2[] = {
     {
         .uarch = LA_UARCH_ZEN4,
-        LA_AVX2_TUNING_ZEN4,
-        .delta_pair_from_T = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
-    },
-    {
-        .uarch = LA_UARCH_SAPPHIRE_RAPIDS,
-        LA_AVX2_TUNING_ZEN4,
+        .additive_chunked_above_dk = {128, 128, 128},
+        .additive_chunk = {{30, 24, 24}, {30, 24, 24}},
+        LA_DELTA_TUNING_ZEN4,
+        .delta_pack_from_T = 32,
         .delta_pair_from_T = {LA_TUNE_NEVER, 2, 2},
+        .additive_pack_from_T = LA_TUNE_NEVER,
+        .additive_quad_from_T = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
     },
 };
 

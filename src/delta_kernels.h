@@ -531,13 +531,14 @@ static void delta_pairs_dispatch(const la_head *h, float *s, int64_t ld, const f
 #undef DELTA_PAIRS_AT
 }
 
-/* One sweep function per gate and state type for whole tiles (of the
- * table's width, and float tiles up to its packed width: the packed and
- * step tiles a tuning entry may narrow); ragged ones (dv not a multiple of
- * the vector, wider narrowed tiles) read the gate: run-time gates cost
- * Zen 4 0.77 -> 0.54 of the peak on 32-column packed tiles without one. With pair (a float state,
- * la_head.pair_tokens), the block's tokens go in pairs and a last odd one
- * alone. */
+/* One sweep function per gate and state type for whole tiles: of the
+ * table's width, and float tiles of whole vectors up to its packed width
+ * (the packed and step tiles a tuning entry may narrow: reading the gate,
+ * Zen 4's 32-column packed tiles ran at 0.54 of the peak without a gate
+ * instead of 0.77). Other tiles (a last vector not full, or wider than the
+ * packed tile and narrower than the table's) read the gate. With pair (a
+ * float state, la_head.pair_tokens), the block's tokens go in pairs and a
+ * last odd one alone. */
 static void delta_tile_dispatch(const la_head *h, void *s, int64_t ld, const float *v, float *o,
                                 const float *f, float *pair, int64_t dkp, int64_t t0,
                                 int64_t n, int nv, int64_t wl, int bf16)

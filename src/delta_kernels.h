@@ -51,6 +51,18 @@
 #define LA_DELTA_PACK_NV LA_DELTA_NV
 #endif
 
+/* A narrower packed tile a tuning entry may choose (delta_pack_columns)
+ * whose one-token sweeps get their own instances per gate, as the table's
+ * and the packed width's do: read from the tile, the gate cost Zen 4's
+ * 32-column packed tiles 0.77 -> 0.54 of the peak without a gate. Every
+ * width is served (the others through the instance that reads the gate);
+ * each listed one adds three. Instances for every width up to the packed
+ * one halved the avx2 table's ungated sweep (0.80 -> 0.39), though its
+ * own instance was unchanged. */
+#ifndef LA_DELTA_NARROW_NV
+#define LA_DELTA_NARROW_NV LA_DELTA_PACK_NV
+#endif
+
 /* Vectors per register tile of a pair sweep (delta_tile_pairs: six
  * accumulators a vector); an integer literal, at most LA_DELTA_NV. */
 #ifndef LA_DELTA_PAIR_NV
@@ -531,14 +543,12 @@ static void delta_pairs_dispatch(const la_head *h, float *s, int64_t ld, const f
 #undef DELTA_PAIRS_AT
 }
 
-/* One sweep function per gate and state type for whole tiles: of the
- * table's width, and float tiles of whole vectors up to its packed width
- * (the packed and step tiles a tuning entry may narrow: reading the gate,
- * Zen 4's 32-column packed tiles ran at 0.54 of the peak without a gate
- * instead of 0.77). Other tiles (a last vector not full, or wider than the
- * packed tile and narrower than the table's) read the gate. With pair (a
- * float state, la_head.pair_tokens), the block's tokens go in pairs and a
- * last odd one alone. */
+/* One sweep function per gate and state type for whole tiles of the
+ * table's width, and for float tiles of its packed width and of its
+ * narrow width (LA_DELTA_NARROW_NV); other tiles (a last vector not full,
+ * tiles narrowed for threads) read the gate. With pair (a float state,
+ * la_head.pair_tokens), the block's tokens go in pairs and a last odd one
+ * alone. */
 static void delta_tile_dispatch(const la_head *h, void *s, int64_t ld, const float *v, float *o,
                                 const float *f, float *pair, int64_t dkp, int64_t t0,
                                 int64_t n, int nv, int64_t wl, int bf16)
@@ -553,14 +563,18 @@ static void delta_tile_dispatch(const la_head *h, void *s, int64_t ld, const flo
             return;
     }
 #define DELTA_TOKENS(k) delta_tile_tokens(h, s, ld, v, o, f, dkp, t0, n, k, wl, h->gate, bf16)
-#define DELTA_WHOLE_GATES(k) LA_PER_GATE(h->gate, DELTA_WHOLE, k)
     if (wl == LA_VW && nv == LA_DELTA_NV)
         LA_PER_GATE(h->gate, DELTA_WHOLE, LA_DELTA_NV);
-    else if (wl == LA_VW && nv <= LA_DELTA_PACK_NV && !bf16)
-        LA_TILE_SWITCH(nv, LA_DELTA_PACK_NV, DELTA_WHOLE_GATES);
+#if LA_DELTA_PACK_NV != LA_DELTA_NV
+    else if (wl == LA_VW && nv == LA_DELTA_PACK_NV && !bf16)
+        LA_PER_GATE(h->gate, DELTA_WHOLE, LA_DELTA_PACK_NV);
+#endif
+#if LA_DELTA_NARROW_NV != LA_DELTA_PACK_NV
+    else if (wl == LA_VW && nv == LA_DELTA_NARROW_NV && !bf16)
+        LA_PER_GATE(h->gate, DELTA_WHOLE, LA_DELTA_NARROW_NV);
+#endif
     else
         LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_TOKENS);
-#undef DELTA_WHOLE_GATES
 #undef DELTA_TOKENS
 }
 #undef DELTA_WHOLE

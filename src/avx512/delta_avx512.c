@@ -13,6 +13,9 @@
 #ifndef LA_DELTA_PACK_NV
 #define LA_DELTA_PACK_NV 4
 #endif
+#ifndef LA_DELTA_NARROW_NV
+#define LA_DELTA_NARROW_NV 2 /* Zen 4's packed tiles (tuning: 32 columns) */
+#endif
 #ifndef LA_DELTA_PAIR_NV
 #define LA_DELTA_PAIR_NV 4 /* pair sweeps: 24 accumulators */
 #endif

@@ -53,12 +53,12 @@
 
 /* A narrower packed tile a tuning entry may choose (delta_pack_columns)
  * whose one-token sweeps get their own instances per gate, as the table's
- * and the packed width's do: read from the tile, the gate cost Zen 4's
- * 32-column packed tiles 0.77 -> 0.54 of the peak without a gate. Every
- * width is served (the others through the instance that reads the gate);
- * each listed one adds three. Instances for every width up to the packed
- * one halved the avx2 table's ungated sweep (0.80 -> 0.39), though its
- * own instance was unchanged. */
+ * and the packed width's do: reading the gate inside the sweep cost Zen
+ * 4's 32-column packed tiles 0.77 -> 0.54 of the peak without a gate.
+ * Every width is served (the others through the instance that reads the
+ * gate); each width named adds three instances. Instances for every width
+ * up to the packed one halved the avx2 table's ungated sweep on Zen 4
+ * (0.80 -> 0.39), though its own instance was unchanged. */
 #ifndef LA_DELTA_NARROW_NV
 #define LA_DELTA_NARROW_NV LA_DELTA_PACK_NV
 #endif

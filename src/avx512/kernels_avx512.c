@@ -177,13 +177,15 @@ static size_t pack_bytes_avx512(int64_t chunk, int64_t dk, int64_t dv)
  * it) goes from 0.58-0.59 to 0.76-0.80 without a gate one token at a
  * time, and in pairs from 0.63 to 0.67-0.76 with a token gate and from
  * 0.58-0.60 to 0.69 with a channel one. Pairs without a gate measured
- * 0.69-0.74 there, so gate none goes one token at a time (in calls of
- * under 32 tokens, on the state where it lies, pairs would be faster:
- * 0.54-0.61 -> 0.66-0.71 at T = 4..16). The additive family's tokens go
- * four at a time (elu+1 normalised dk = 64 0.57-0.59 -> 0.60-0.62, identity
- * dk = 128 0.70 -> 0.76-0.79); its packed copy measured no faster. Decode
- * steps keep the whole tile: the Xeon's 64 columns with the fused pass
- * dropped model decode from 0.56-0.58 of the bound to 0.36-0.38.
+ * 0.69-0.74 there, so gate none goes one token at a time. Packing from
+ * 16 tokens (B = 8): T = 16 none 0.58 -> 0.71-0.73, channel 0.55-0.61 ->
+ * 0.60-0.65, token level; T = 24 0.58 / 0.67 / 0.57-0.59 -> 0.72-0.74 /
+ * 0.70-0.72 / 0.61-0.63; from 8, T = 8 lost up to 12% with a gate. The
+ * additive family's tokens go four at a time (elu+1 normalised dk = 64
+ * 0.57-0.59 -> 0.60-0.62, identity dk = 128 0.70 -> 0.76-0.79); its packed
+ * copy measured no faster. Decode steps keep the whole tile: the Xeon's
+ * 64 columns with the fused pass dropped model decode from 0.56-0.58 of
+ * the bound to 0.36-0.38.
  *
  * Sapphire/Emerald Rapids, measured on a borrowed Xeon (family 6 model
  * 207, 2026-11-27, short runs on a shared host; docs/kernels.md): the
@@ -209,7 +211,7 @@ static const la_tuning tuning_avx512[] = {
         .additive_chunked_above_dk = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
         .additive_chunk = {{16, 16, 16}, {32, 32, 32}},
         LA_DELTA_TUNING_ZEN4,
-        .delta_pack_from_T = 32,
+        .delta_pack_from_T = 16,
         .delta_pack_columns = 32,
         .delta_pair_from_T = {LA_TUNE_NEVER, 2, 2},
         .additive_pack_from_T = LA_TUNE_NEVER,

@@ -52,8 +52,8 @@ typedef struct la_delta_ops {
      * recurrent's to rounding, not bit for bit. */
     void (*recurrent_vfirst)(const la_head *h, int64_t j0, int64_t nj, void *ws);
     /* The recurrent form's packed working copy of columns [j0, j0 + nj) of
-     * a float state (pack.h): tiles of h->pack_tile columns, rows h->pack_ld
-     * floats apart. recurrent runs on it when h->s_packed (h->s the copy,
+     * a float state (pack.h): tiles of h->pack_tile columns, rows that
+     * plus pack_pad floats apart. recurrent runs on it when h->s_packed (h->s the copy,
      * its column 0 being j0). Each register tile's rows are contiguous
      * there, so a tile that fits in L1 is not spread over a fraction of
      * L1's sets by the row stride (tuning.h's delta_pack_from_T says when).

@@ -116,7 +116,7 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
         const int64_t n = src->T - t0 < a->block ? src->T - t0 : a->block;
         la_head h = {.dk = c->dk, .dv = c->dv, .s = st.s, .s_bf16 = st.s16, .s_vld = s_vld,
                      .s_from = t0 == 0 ? st.from : NULL, .s_packed = st.packed,
-                     .pack_tile = pack_tile(kern), .pack_ld = pack_ld(kern), .s_next = st.next,
+                     .pack_tile = st.packed ? pack_tile(kern) : 0, .s_next = st.next,
                      .step_columns = kern->delta_tuning->delta_step_columns,
                      .step_fuse = kern->delta_tuning->delta_step_fuse, .scale = c->scale,
                      .chunk = a->chunk, .pair_tokens = pairs};

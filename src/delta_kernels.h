@@ -637,8 +637,9 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
                 delta_tile_dispatch(&th, h->s_bf16 + jb, h->dv, v, o, f, NULL, dkp, t0, n, nv, wl,
                                     1);
             else if (h->s_packed)
-                delta_tile_dispatch(&th, la_packed_tile(h->s, h->dk, h->pack_ld, (jb - j0) / tw),
-                                    h->pack_ld, v, o, f, pair, dkp, t0, n, nv, wl, 0);
+                delta_tile_dispatch(&th, la_packed_tile(h->s, h->dk, tw + LA_DELTA_PACK_PAD,
+                                                        (jb - j0) / tw),
+                                    tw + LA_DELTA_PACK_PAD, v, o, f, pair, dkp, t0, n, nv, wl, 0);
             else
                 delta_tile_dispatch(&th, h->s + jb, h->dv, v, o, f, pair, dkp, t0, n, nv, wl, 0);
         }

@@ -40,9 +40,9 @@ typedef struct la_head {
     const void *s_from;
     /* delta recurrent only: s is the kernels' packed copy of the columns
      * the call works on (la_delta_ops.pack), in tiles of pack_tile columns
-     * with rows pack_ld floats apart */
+     * (rows that plus the table's pad apart) */
     int s_packed;
-    int64_t pack_tile, pack_ld;
+    int64_t pack_tile;
     /* delta recurrent only, float K-first state: the state the caller works
      * on next, or NULL. A one-token sweep fetches rows into L2 while it
      * works on s from L2, so that memory is not idle then: the next column

@@ -139,6 +139,7 @@ typedef struct {
     int64_t members; /* value heads per unit */
     int64_t mgroups; /* units per (b, q/k head, tile) */
     int64_t tile, ntiles;
+    int64_t units;
     int pack;                /* units work on packed copies of their states */
     size_t stage_bytes, zero_bytes, pack_bytes /* per member */, kws_bytes, per_thread;
     unsigned char *ws;
@@ -148,6 +149,17 @@ typedef struct {
 static int64_t member_head(const la_call *c, int64_t group, int64_t qh, int64_t m)
 {
     return c->head_map == LINATTN_HEADS_TILED ? m * c->qk_heads + qh : qh * group + m;
+}
+
+/* The state of a unit's first value head (its first tile's columns are
+ * at column 0: a step's unit is whole heads). */
+static const float *unit_state(const delta_job *j, int64_t unit)
+{
+    const la_call *c = j->c;
+    const int64_t rest = unit / j->ntiles, mg = rest % j->mgroups, bq = rest / j->mgroups;
+    const int64_t b = bq / c->qk_heads, qh = bq % c->qk_heads;
+    const int64_t i = b * c->H + member_head(c, j->group, qh, mg * j->members);
+    return (const float *)c->s + (size_t)i * c->head_state_elems;
 }
 
 static void run_unit(const delta_job *j, int64_t unit, int tid)
@@ -189,10 +201,15 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
                           pack_ld(j->kern), st[m].s);
         }
         /* a step sweeps each state from L2 after one read from memory:
-         * meanwhile the next member's comes in */
+         * meanwhile the next member's comes in, and after the last member
+         * the next unit's first (on this thread but where the static
+         * schedule cuts; a model's B = 1 decode measured level, and the
+         * rows would otherwise come in cold with nothing to overlap) */
         if (m > 0 && c->T == 1 && c->s && !j->pack)
             st[m - 1].next = state[m];
     }
+    if (c->T == 1 && c->s && !j->pack && unit + 1 < j->units)
+        st[nm - 1].next = unit_state(j, unit + 1);
     /* block-major: the q/k panels of a block serve every member */
     for (int64_t t0 = 0; t0 < c->T; t0 += j->a.block) {
         const int64_t n = c->T - t0 < j->a.block ? c->T - t0 : j->a.block;
@@ -250,6 +267,7 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
     }
     j.mgroups = (j.group + j.members - 1) / j.members;
     const int64_t units = UNITS();
+    j.units = units;
 #undef UNITS
     const la_source any = la_source_at(c, 0);
     j.stage_bytes = la_stage_bytes(&any, j.a.block);

@@ -44,10 +44,10 @@ typedef struct la_head {
     int s_packed;
     int64_t pack_tile;
     /* delta recurrent only, float K-first state: the state the caller works
-     * on next, or NULL. A one-token sweep fetches rows into L2 while it
-     * works on s from L2, so that memory is not idle then: the next column
-     * tile of s, after the last tile s_next's (delta_recurrent hands each
-     * tile's sweep those rows, at their column 0) */
+     * on next, or NULL. A one-token tile's passes fetch rows into L2
+     * while they work on s, so that memory is not idle then: the next
+     * column tile of s, after the last tile s_next's (delta_recurrent
+     * hands each tile those rows, at their column 0) */
     const float *s_next;
     /* delta recurrent only, one-token calls on a float K-first state:
      * with step_acc_in, step_acc holds S^T kn of the tile about to be

@@ -335,9 +335,10 @@ static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64
     head_tokens(kern, c, &a, &src, st, j0, nj, ws, (unsigned char *)ws + sb);
 }
 
-void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj, void *ws)
+void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
+                       const float *next, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){.s = c->s}, ws);
+    head_run(kern, c, j0, nj, (head_state){.s = c->s, .next = c->T == 1 ? next : NULL}, ws);
 }
 
 /* The same on a V-first state (value column j of the head at s + j * ld
@@ -352,10 +353,12 @@ int la_delta_head_recurrent(const la_kernels *kern, const la_call *c)
 }
 
 void la_delta_head_run_vfirst(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
-                              void *s, const void *from, int bf16, int64_t ld, void *ws)
+                              void *s, const void *from, int bf16, int64_t ld,
+                              const float *next, void *ws)
 {
-    const head_state st = bf16 ? (head_state){.s_vld = ld, .s16 = s, .from = from}
-                               : (head_state){.s = s, .s_vld = ld, .from = from};
+    const head_state st =
+        bf16 ? (head_state){.s_vld = ld, .s16 = s, .from = from}
+             : (head_state){.s = s, .s_vld = ld, .from = from, .next = c->T == 1 ? next : NULL};
     head_run(kern, c, j0, nj, st, ws);
 }
 

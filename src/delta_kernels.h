@@ -830,7 +830,13 @@ LA_INLINE void delta_vfirst_token(const la_head *h, const void *from, void *s, i
     float u[VFIRST_MAX_GROUPS][4];
     int64_t row[VFIRST_MAX_GROUPS][VFIRST_ROWS];
     const size_t es = bf16 ? 2 : 4;
+    /* the next state's rows of these columns (a float state laid out as
+     * this one, la_head.s_next), fetched over both passes as the K-first
+     * step does: group g's at pass step 2g, the dot products' steps first */
+    const float *next = bf16 ? NULL : h->s_next;
+#define FETCH_NEXT(step)                                                                              if (next && !((step) & 1))                                                                            for (int r = 0; r < VFIRST_ROWS; r++)                                                                 for (int64_t b = 0; b < h->dk; b += 16)                                                               __builtin_prefetch(next + (j + (step) / 2 * VFIRST_ROWS + r) * h->s_vld + b, 0, 2);
     for (int64_t g = 0; g < ng; g++) {
+        FETCH_NEXT(g)
         for (int r = 0; r < VFIRST_ROWS; r++)
             row[g][r] = (j + g * VFIRST_ROWS + r) * h->s_vld;
         delta_vfirst_u(h, from, row[g], bf16, VFIRST_ROWS, 1, j + g * VFIRST_ROWS, t, qh, dkp,
@@ -840,9 +846,12 @@ LA_INLINE void delta_vfirst_token(const la_head *h, const void *from, void *s, i
                 for (int64_t b = 0; b < h->dk * (int64_t)es; b += 64)
                     __builtin_prefetch((char *)s + row[g][r] * (int64_t)es + b, 1, 3);
     }
-    for (int64_t g = 0; g < ng; g++)
+    for (int64_t g = 0; g < ng; g++) {
+        FETCH_NEXT(ng + g)
         delta_vfirst_apply(h, from, s, row[g], bf16, VFIRST_ROWS, j + g * VFIRST_ROWS, t, qh, dkp,
                            gate, u[g]);
+    }
+#undef FETCH_NEXT
 }
 
 LA_INLINE void delta_vfirst_gate(const la_head *h, const void *from, void *s, int bf16, int64_t j0,

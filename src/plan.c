@@ -73,10 +73,11 @@ static size_t head_bytes(const linattn_plan *p, const la_call *x)
                : la_additive_head_bytes(p->kern, x);
 }
 
-static void head_run(const linattn_plan *p, const la_call *x, int64_t j0, int64_t nj, void *ws)
+static void head_run(const linattn_plan *p, const la_call *x, int64_t j0, int64_t nj,
+                     const float *next, void *ws)
 {
     if (p->sv.c.family == LA_FAMILY_DELTA)
-        la_delta_head_run(p->kern, x, j0, nj, ws);
+        la_delta_head_run(p->kern, x, j0, nj, next, ws);
     else
         la_additive_head_run(p->kern, x, ws);
 }
@@ -208,7 +209,8 @@ static void start_from_read_slot(const la_serve *sv, int64_t rd, int64_t wr, int
  * the same bits as copying first). A zero start (at negative) or a call
  * without tokens fills `to` first. */
 static void vfirst_between_slots(const linattn_plan *p, const la_call *x, int64_t h, int64_t at,
-                                 int64_t to, int64_t j0, int64_t nj, void *kws)
+                                 int64_t to, int64_t j0, int64_t nj, const float *next,
+                                 void *kws)
 {
     const la_serve *sv = &p->sv;
     const int64_t ld = sv->s_col;
@@ -218,20 +220,21 @@ static void vfirst_between_slots(const linattn_plan *p, const la_call *x, int64_
     else
         start_from_read_slot(sv, at, to, h, j0 * ld, nj, ld, sv->c.dk); /* columns j0.. */
     la_delta_head_run_vfirst(p->kern, x, j0, nj, la_serve_state(sv, to, h), from,
-                             sv->c.dt.s == LINATTN_BF16, ld, kws);
+                             sv->c.dt.s == LINATTN_BF16, ld, next, kws);
 }
 
 /* A delta unit on a V-first pool, from its read slot into its write slot
  * (float, or bfloat16 in one-token calls: the kernel widens and rounds each
  * element once, as a K-first bfloat16 step does): 1 when done, 0 when its
- * call runs chunked (nothing touched yet). */
+ * call runs chunked (nothing touched yet). next: as la_delta_head_run's,
+ * in the pool's layout. */
 static int run_vfirst(const linattn_plan *p, int64_t n, int64_t h, int64_t rd, int64_t wr,
-                      int64_t len, int64_t j0, int64_t nj, void *kws)
+                      int64_t len, int64_t j0, int64_t nj, const float *next, void *kws)
 {
     const la_call x = head_call(&p->sv, n, h, 0, len, NULL, NULL);
     if (!la_delta_head_recurrent(p->kern, &x))
         return 0;
-    vfirst_between_slots(p, &x, h, rd, wr, j0, nj, kws);
+    vfirst_between_slots(p, &x, h, rd, wr, j0, nj, next, kws);
     return 1;
 }
 
@@ -267,7 +270,7 @@ static int run_vfirst_snapshots(const linattn_plan *p, int64_t n, int64_t h, int
     for (int64_t t = 0; t < len; t++) {
         const int64_t to = t == len - 1 && wr >= 0 ? wr : snap[t];
         x = head_call(sv, n, h, t, 1, NULL, NULL);
-        vfirst_between_slots(p, &x, h, at, to, j0, nj, kws);
+        vfirst_between_slots(p, &x, h, at, to, j0, nj, NULL, kws);
         at = to;
     }
     if (snap[len - 1] >= 0)
@@ -318,7 +321,23 @@ static int run_packed(const linattn_plan *p, int64_t n, int64_t h, int64_t rd, i
     return 1;
 }
 
-static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
+/* The state unit u reads first (its read slot's head), or NULL: a unit
+ * the calling thread runs next, whose rows the kernels fetch while they
+ * work on the current one. */
+static const void *unit_read_state(const linattn_plan *p, int64_t u)
+{
+    if (u < 0 || u >= p->units)
+        return NULL;
+    const la_serve *sv = &p->sv;
+    const int64_t nh = p->order[u] / p->ntiles;
+    int64_t rd, wr;
+    if (la_serve_slots(sv, nh / sv->c.H, &rd, &wr) || rd < 0)
+        return NULL;
+    return la_serve_state(sv, rd, nh % sv->c.H);
+}
+
+/* Unit u; next_u: the unit the calling thread runs next, or -1. */
+static void run_unit(const linattn_plan *p, int64_t u, int64_t next_u, unsigned char *ws)
 {
     const la_serve *sv = &p->sv;
     const la_call *c = &sv->c;
@@ -359,7 +378,7 @@ static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
      * longer calls widen it once into the float copy and round it once. */
     if (!in_place && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA && sv->s_row == 1 &&
         sv->s_col >= c->dk && (f32 ? len <= VFIRST_MAX_T : len == 1) &&
-        run_vfirst(p, n, h, rd, wr, len, j0, nj, kws))
+        run_vfirst(p, n, h, rd, wr, len, j0, nj, f32 ? unit_read_state(p, next_u) : NULL, kws))
         return;
     if (c->dt.s == LINATTN_BF16 && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA &&
         len == 1 && sv->s_col == 1 && sv->s_row == c->dv &&
@@ -382,11 +401,12 @@ static void run_unit(const linattn_plan *p, int64_t u, unsigned char *ws)
     const int64_t pre = first > 0 ? first : 0;
     if (sv->K == 0 || pre > 0) {
         const la_call x = head_call(sv, n, h, 0, sv->K ? pre : len, W, Wz);
-        head_run(p, &x, j0, nj, kws);
+        /* in place, the next unit's state is laid out as this one */
+        head_run(p, &x, j0, nj, in_place ? unit_read_state(p, next_u) : NULL, kws);
     }
     for (int64_t t = pre; sv->K > 0 && t < len; t++) {
         const la_call x = head_call(sv, n, h, t, 1, W, Wz);
-        head_run(p, &x, j0, nj, kws);
+        head_run(p, &x, j0, nj, NULL, kws);
         const int64_t slot = sv->snapshot_slots[n * sv->K + (t - first)];
         if (slot >= 0)
             state_store(sv, st, slot, h, j0, nj, W, Wz_pool);
@@ -509,7 +529,7 @@ linattn_status linattn_plan_run(const linattn_plan *plan, int64_t first, int64_t
     if (((uintptr_t)workspace & 63) != 0)
         return la_fail(LINATTN_E_ARG, "workspace is not 64-byte aligned");
     for (int64_t u = first; u < first + count; u++)
-        run_unit(plan, u, workspace);
+        run_unit(plan, u, u + 1 < first + count ? u + 1 : -1, workspace);
     la_succeed();
     return LINATTN_OK;
 }
@@ -542,13 +562,13 @@ linattn_status la_serve_run(linattn_op op, const linattn_config *cfg, const lina
     const int64_t units = p->units;
     if (nt <= 1) {
         for (int64_t u = 0; u < units; u++)
-            run_unit(p, u, ws);
+            run_unit(p, u, u + 1, ws);
     } else {
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
         for (int64_t u = 0; u < units; u++)
-            run_unit(p, u, ws + p->ws_bytes * (size_t)la_thread_num());
+            run_unit(p, u, -1, ws + p->ws_bytes * (size_t)la_thread_num()); /* next: unknown */
     }
     free(ws);
     linattn_plan_destroy(p);

@@ -99,12 +99,14 @@ void la_additive_head_run(const struct la_kernels *kern, const la_call *c, void 
 int64_t la_delta_unit_columns(const struct la_kernels *kern, const la_call *c);
 size_t la_delta_head_bytes(const struct la_kernels *kern, const la_call *c, int64_t nj,
                            int moved);
+/* next: the float K-first state (row stride dv) the calling thread works
+ * on after this one, or NULL; a one-token call fetches its rows meanwhile */
 void la_delta_head_run(const struct la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
-                       void *ws);
+                       const float *next, void *ws);
 int la_delta_head_recurrent(const struct la_kernels *kern, const la_call *c);
 void la_delta_head_run_vfirst(const struct la_kernels *kern, const la_call *c, int64_t j0,
                               int64_t nj, void *s, const void *from, int bf16, int64_t ld,
-                              void *ws);
+                              const float *next, void *ws);
 int la_delta_head_packs(const struct la_kernels *kern, const la_call *c, int moved);
 void la_delta_head_run_packed(const struct la_kernels *kern, const la_call *c, int64_t j0,
                               int64_t nj, linattn_dtype t, const void *src, void *dst, int64_t row,

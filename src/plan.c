@@ -27,6 +27,7 @@ struct linattn_plan {
     const la_kernels *kern;
     int64_t units, ntiles;
     int64_t *order; /* unit -> (n * H + h) * ntiles + tile */
+    int equal;      /* every unit has as many tokens (a decode step) */
     size_t state_bytes, ws_bytes;
 };
 
@@ -492,6 +493,7 @@ static linattn_status plan_make(linattn_plan **out, linattn_op op, const linattn
         qsort(uc, units, sizeof *uc, by_cost);
     for (size_t u = 0; u < units; u++)
         p->order[u] = uc[u].idx;
+    p->equal = units > 0 && uc[0].cost == uc[units - 1].cost;
     free(uc);
     p->units = (int64_t)units;
     *out = p;
@@ -563,6 +565,19 @@ linattn_status la_serve_run(linattn_op op, const linattn_config *cfg, const lina
     if (nt <= 1) {
         for (int64_t u = 0; u < units; u++)
             run_unit(p, u, u + 1, ws);
+    } else if (p->equal) {
+        /* units of one cost: a contiguous range per thread, so that each
+         * unit knows the next one its thread runs and fetches its state
+         * (ranges, not threads: a team may start with fewer than nt) */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+        for (int64_t r = 0; r < nt; r++) {
+            unsigned char *mine = ws + p->ws_bytes * (size_t)la_thread_num();
+            const int64_t u1 = units * (r + 1) / nt;
+            for (int64_t u = units * r / nt; u < u1; u++)
+                run_unit(p, u, u + 1 < u1 ? u + 1 : -1, mine);
+        }
     } else {
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)

@@ -287,8 +287,12 @@ END_TEST
 START_TEST(batched_decode)
 {
     const int delta = _i & 1, vfirst = _i >> 1 & 1;
-    scenario sc = scenario_mixed(delta, vfirst, 0, 1, 2);
-    run_scenario(&sc, delta ? "delta step" : "additive step");
+    /* units of one cost go to threads in contiguous ranges: 5 threads do
+     * not divide the 24 units evenly */
+    for (int threads = 2; threads <= 5; threads += 3) {
+        scenario sc = scenario_mixed(delta, vfirst, 0, 1, threads);
+        run_scenario(&sc, delta ? "delta step" : "additive step");
+    }
 }
 END_TEST
 

@@ -7,6 +7,8 @@
  *        forms are timed in turn, rep after rep, and each ratio is the
  *        median of the per-rep ratios (with quartiles), so that a shared
  *        machine's drifts fall on both sides of it;
+ *   pool_decode_threads  pool_decode on as many threads as CPUs online
+ *        (the contiguous call on as many);
  *   pool_decode_moved  the decode step reading slot b and writing another
  *        (ggml's source and destination states);
  *   pool_spec  speculative verification: T = 4 tokens (or the T given,
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now(void)
 {
@@ -376,7 +379,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--help") == 0) {
         printf("usage: linattn-serve-bench [--quick | pool_prefill [T] | pool_decode |\n"
                "       pool_prefill_bf16 [T] | pool_decode_bf16 | pool_decode_moved |\n"
-               "       pool_spec [T] | pool_spec_bf16 [T] | varlen]\n"
+               "       pool_spec [T] | pool_spec_bf16 [T] | varlen | pool_decode_threads]\n"
                "One JSON object per case: times (medians) and ratios to the baseline\n"
                "measured in the same run (see tools/serve-bench.c).\n");
         return 0;
@@ -422,6 +425,11 @@ int main(int argc, char **argv)
             pool_case("pool_spec_bf16", 0, 1, SPEC, 16, 32, spec_t, 128, 1, 31);
         if (WANT("varlen"))
             varlen_cases(4, 128, 0, reps);
+        if (WANT("pool_decode_threads")) {
+            const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+            pool_case("pool_decode_threads", 1, 0, IN_PLACE, 16, 32, 1, 128,
+                      cpus > 1 ? (int)cpus : 2, 31);
+        }
     }
     return 0;
 }

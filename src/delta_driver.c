@@ -109,9 +109,13 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
                         void *stage_buf, void *kws)
 {
     const int64_t s_vld = st.s_vld;
-    /* pairs of tokens, by the sequence's length (never a step's) */
-    const int64_t pair_from = kern->delta_tuning->delta_pair_from_T[c->gate];
-    const int pairs = !c->step && pair_from != LA_TUNE_NEVER && src->T >= pair_from;
+    /* pairs of tokens, by the sequence's length (never a step's): the
+     * call's, not the block's src holds */
+    const la_tuning *tu = kern->delta_tuning;
+    const int64_t pair_from = tu->delta_pair_from_T[c->gate];
+    const int64_t pair_below = tu->delta_pair_below_T[c->gate];
+    const int pairs = !c->step && pair_from != LA_TUNE_NEVER && c->T >= pair_from &&
+                      (pair_below <= 0 || c->T < pair_below);
     for (int64_t t0 = 0; t0 < src->T; t0 += a->block) {
         const int64_t n = src->T - t0 < a->block ? src->T - t0 : a->block;
         la_head h = {.dk = c->dk, .dv = c->dv, .s = st.s, .s_bf16 = st.s16, .s_vld = s_vld,

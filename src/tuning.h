@@ -67,8 +67,13 @@ typedef struct la_tuning {
      * 6-7 FP operations per element and pair against 6-8; the sums are
      * regrouped, so results differ from one token at a time in rounding
      * only); LA_TUNE_NEVER: one at a time. Decode steps, and the steps of a
-     * call's snapshots, go one at a time always. */
+     * call's snapshots, go one at a time always. delta_pair_below_T[gate]
+     * (0: no bound) ends the range: sequences of that many tokens or more
+     * go one at a time (the length of the sequence decides, never how the
+     * state is laid out or packed, so a pool's results stay the bits of
+     * the contiguous call's). */
     int64_t delta_pair_from_T[LA_GATES];
+    int64_t delta_pair_below_T[LA_GATES];
     /* The additive family's value-tiled recurrent forward takes its tokens
      * four at a time (else two at a time) in calls of at least
      * additive_quad_from_T[gate] tokens (additive_kernels.h, add_quad: one

@@ -1126,6 +1126,56 @@ START_TEST(pair_sweeps_match_oracle)
 }
 END_TEST
 
+/* delta_pair_below_T ends the paired lengths, by the call's length: a
+ * call of T tokens gives the bits of pairs always when T is below the
+ * bound and of one token at a time when it is not, whatever the blocks
+ * the call is cut into (T = 40 is a block of 32 tokens and one of 8), on
+ * 1 and 3 threads, every gate. */
+START_TEST(pair_range_by_length)
+{
+    la_tuning always = *la_active_kernels()->delta_tuning, never = always, ranged = always;
+    for (int gate = 0; gate < LA_GATES; gate++) {
+        always.delta_pair_from_T[gate] = ranged.delta_pair_from_T[gate] = 2;
+        never.delta_pair_from_T[gate] = LA_TUNE_NEVER;
+        always.delta_pair_below_T[gate] = never.delta_pair_below_T[gate] = 0;
+    }
+    /* (T, bound): below the bound, then at it */
+    static const int64_t cases[][2] = {{7, 8}, {8, 8}, {40, 41}, {40, 40}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int threads = 1; threads <= 3; threads += 2) {
+                dspec sp = dspec_default(1, 4, cases[ci][0], 33, 40);
+                sp.qk_heads = 2;
+                sp.gate = (linattn_gate)gate;
+                sp.algo = LINATTN_ALGO_RECURRENT;
+                sp.with_state = 1;
+                dproblem p;
+                dproblem_make(&p, &sp);
+                p.cfg.num_threads = threads;
+                const int paired = cases[ci][0] < cases[ci][1];
+                la_force_table_tuning(table, NULL, paired ? &always : &never);
+                ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
+                float *o1 = copy_floats(p.o, p.no), *s1 = copy_floats(p.s, p.ns);
+                restore_state(&p);
+                for (int gi = 0; gi < LA_GATES; gi++)
+                    ranged.delta_pair_below_T[gi] = cases[ci][1];
+                la_force_table_tuning(table, NULL, &ranged);
+                ck_assert_int_eq(dproblem_forward(&p), LINATTN_OK);
+                ck_assert_msg(memcmp(o1, p.o, p.no * sizeof(float)) == 0 &&
+                                  memcmp(s1, p.s, p.ns * sizeof(float)) == 0,
+                              "T = %lld, pairs below %lld: not the bits of %s (%s, %d threads)",
+                              (long long)cases[ci][0], (long long)cases[ci][1],
+                              paired ? "pairs" : "one token at a time", dspec_name(&p.sp),
+                              threads);
+                expect_matches_oracle(&p, "pairs in a range of lengths");
+                free(o1);
+                free(s1);
+                dproblem_free(&p);
+            }
+    la_force_table(table);
+}
+END_TEST
+
 /* Pairs under a token gate keep the tile divided by the decays while that
  * stays above LA_SCALED_TILE_MIN, and so divide u by them; a pair whose v
  * is near float's range must multiply the tile instead, or u / d
@@ -1408,6 +1458,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, packed_pool_same_bits);
     tcase_add_test(oracle, step_tiles_same_bits);
     tcase_add_test(oracle, pair_sweeps_match_oracle);
+    tcase_add_test(oracle, pair_range_by_length);
     tcase_add_test(oracle, pair_sweeps_large_v);
     suite_add_tcase(s, oracle);
 

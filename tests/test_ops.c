@@ -998,6 +998,10 @@ START_TEST(tuning_entries)
                               "table %s entry %d gate %d: pairs from fewer than 2 tokens (left "
                               "out of the entry?)",
                               t->name, e, g);
+                ck_assert_msg(u->delta_pair_below_T[g] == 0 ||
+                                  u->delta_pair_below_T[g] > u->delta_pair_from_T[g],
+                              "table %s entry %d gate %d: an empty range of paired lengths",
+                              t->name, e, g);
                 for (int r = 0; r < 2; r++)
                     ck_assert_msg(u->additive_chunk[r][g] >= 1 && u->delta_chunk[r][g] >= 1,
                                   "table %s entry %d gate %d: chunk below 1", t->name, e, g);

@@ -177,7 +177,10 @@ static size_t pack_bytes_avx512(int64_t chunk, int64_t dk, int64_t dv)
  * it) goes from 0.58-0.59 to 0.76-0.80 without a gate one token at a
  * time, and in pairs from 0.63 to 0.67-0.76 with a token gate and from
  * 0.58-0.60 to 0.69 with a channel one. Pairs without a gate measured
- * 0.69-0.74 there, so gate none goes one token at a time. Packing from
+ * 0.69-0.74 there, so gate none goes one token at a time on the packed
+ * copy, but in pairs below 16 tokens, where a contiguous call sweeps the
+ * state where it lies
+ * (2026-11-29, B = 8, T = 2..15: 0.46-0.55 -> 0.56-0.66). Packing from
  * 16 tokens (B = 8): T = 16 none 0.58 -> 0.71-0.73, channel 0.55-0.61 ->
  * 0.60-0.65, token level; T = 24 0.58 / 0.67 / 0.57-0.59 -> 0.72-0.74 /
  * 0.70-0.72 / 0.61-0.63; from 8, T = 8 lost up to 12% with a gate. The
@@ -213,7 +216,8 @@ static const la_tuning tuning_avx512[] = {
         LA_DELTA_TUNING_ZEN4,
         .delta_pack_from_T = 16,
         .delta_pack_columns = 32,
-        .delta_pair_from_T = {LA_TUNE_NEVER, 2, 2},
+        .delta_pair_from_T = {2, 2, 2},
+        .delta_pair_below_T = {16, 0, 0},
         .additive_pack_from_T = LA_TUNE_NEVER,
         .additive_quad_from_T = {4, 4, 4},
     },

@@ -160,7 +160,8 @@ def struct(won, bests, dks):
         # tune.py cannot force these (they change kernels, not call options):
         # docs/kernels.md measured each with variant builds, one field at a time
         print("    /* from variant builds (docs/kernels.md), to fill in: .delta_pack_from_T,")
-        print("     * .delta_pack_columns, .delta_pair_from_T, .additive_pack_from_T,")
+        print("     * .delta_pack_columns, .delta_pair_from_T, .delta_pair_below_T,")
+        print("     * .additive_pack_from_T,")
         print("     * .additive_quad_from_T, .delta_step_columns, .delta_step_fuse */")
         print("},")
 

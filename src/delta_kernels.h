@@ -834,7 +834,11 @@ LA_INLINE void delta_vfirst_token(const la_head *h, const void *from, void *s, i
      * this one, la_head.s_next), fetched over both passes as the K-first
      * step does: group g's at pass step 2g, the dot products' steps first */
     const float *next = bf16 ? NULL : h->s_next;
-#define FETCH_NEXT(step)                                                                              if (next && !((step) & 1))                                                                            for (int r = 0; r < VFIRST_ROWS; r++)                                                                 for (int64_t b = 0; b < h->dk; b += 16)                                                               __builtin_prefetch(next + (j + (step) / 2 * VFIRST_ROWS + r) * h->s_vld + b, 0, 2);
+#define FETCH_NEXT(step)                                                                          \
+    if (next && !((step) & 1))                                                                    \
+        for (int r = 0; r < VFIRST_ROWS; r++)                                                     \
+            for (int64_t b = 0; b < h->dk; b += 16)                                               \
+                __builtin_prefetch(next + (j + (step) / 2 * VFIRST_ROWS + r) * h->s_vld + b, 0, 2);
     for (int64_t g = 0; g < ng; g++) {
         FETCH_NEXT(g)
         for (int r = 0; r < VFIRST_ROWS; r++)

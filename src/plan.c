@@ -27,7 +27,7 @@ struct linattn_plan {
     const la_kernels *kern;
     int64_t units, ntiles;
     int64_t *order; /* unit -> (n * H + h) * ntiles + tile */
-    int equal;      /* every unit has as many tokens (a decode step) */
+    int one_token;  /* every unit has one token (a decode step) */
     size_t state_bytes, ws_bytes;
 };
 
@@ -493,7 +493,7 @@ static linattn_status plan_make(linattn_plan **out, linattn_op op, const linattn
         qsort(uc, units, sizeof *uc, by_cost);
     for (size_t u = 0; u < units; u++)
         p->order[u] = uc[u].idx;
-    p->equal = units > 0 && uc[0].cost == uc[units - 1].cost;
+    p->one_token = units > 0 && uc[0].cost == 1; /* the longest first: all of one */
     free(uc);
     p->units = (int64_t)units;
     *out = p;
@@ -565,10 +565,11 @@ linattn_status la_serve_run(linattn_op op, const linattn_config *cfg, const lina
     if (nt <= 1) {
         for (int64_t u = 0; u < units; u++)
             run_unit(p, u, u + 1, ws);
-    } else if (p->equal) {
-        /* units of one cost: a contiguous range per thread, so that each
-         * unit knows the next one its thread runs and fetches its state
-         * (ranges, not threads: a team may start with fewer than nt) */
+    } else if (p->one_token) {
+        /* a decode step's units, all of one cost: a contiguous range per
+         * thread, so that each unit knows the next one its thread runs and
+         * fetches its state (ranges, not threads: a team may start with
+         * fewer than nt); longer units keep the dynamic schedule */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif

@@ -287,7 +287,7 @@ END_TEST
 START_TEST(batched_decode)
 {
     const int delta = _i & 1, vfirst = _i >> 1 & 1;
-    /* units of one cost go to threads in contiguous ranges: 5 threads do
+    /* a decode step's units go to threads in contiguous ranges: 5 threads do
      * not divide the 24 units evenly */
     for (int threads = 2; threads <= 5; threads += 3) {
         scenario sc = scenario_mixed(delta, vfirst, 0, 1, threads);

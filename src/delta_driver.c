@@ -155,26 +155,31 @@ static int64_t member_head(const la_call *c, int64_t group, int64_t qh, int64_t 
     return c->head_map == LINATTN_HEADS_TILED ? m * c->qk_heads + qh : qh * group + m;
 }
 
-/* The state of a unit's first value head (its first tile's columns are
- * at column 0: a step's unit is whole heads). */
-static const float *unit_state(const delta_job *j, int64_t unit)
+/* Where a unit lies: batch b, q/k head qh, its members m0.. of that q/k
+ * head's value heads, and its column tile. */
+typedef struct {
+    int64_t b, qh, m0, tile;
+} unit_at;
+
+static unit_at unit_where(const delta_job *j, int64_t unit)
 {
-    const la_call *c = j->c;
-    const int64_t rest = unit / j->ntiles, mg = rest % j->mgroups, bq = rest / j->mgroups;
-    const int64_t b = bq / c->qk_heads, qh = bq % c->qk_heads;
-    const int64_t i = b * c->H + member_head(c, j->group, qh, mg * j->members);
-    return (const float *)c->s + (size_t)i * c->head_state_elems;
+    const int64_t rest = unit / j->ntiles, bq = rest / j->mgroups;
+    return (unit_at){.b = bq / j->c->qk_heads, .qh = bq % j->c->qk_heads,
+                     .m0 = rest % j->mgroups * j->members, .tile = unit % j->ntiles};
+}
+
+/* Index (b * H + value head) of member m of the unit at u. */
+static int64_t unit_member(const delta_job *j, unit_at u, int64_t m)
+{
+    return u.b * j->c->H + member_head(j->c, j->group, u.qh, u.m0 + m);
 }
 
 static void run_unit(const delta_job *j, int64_t unit, int tid)
 {
     const la_call *c = j->c;
-    const int64_t tile = unit % j->ntiles, rest = unit / j->ntiles;
-    const int64_t mg = rest % j->mgroups, bq = rest / j->mgroups;
-    const int64_t b = bq / c->qk_heads, qh = bq % c->qk_heads;
-    const int64_t m0 = mg * j->members;
-    const int64_t nm = j->group - m0 < j->members ? j->group - m0 : j->members;
-    const int64_t j0 = tile * j->tile, nj = c->dv - j0 < j->tile ? c->dv - j0 : j->tile;
+    const unit_at u = unit_where(j, unit);
+    const int64_t nm = j->group - u.m0 < j->members ? j->group - u.m0 : j->members;
+    const int64_t j0 = u.tile * j->tile, nj = c->dv - j0 < j->tile ? c->dv - j0 : j->tile;
     _Alignas(64) unsigned char stack[STEP_STACK_BYTES];
     unsigned char *mine = j->ws ? j->ws + j->per_thread * (size_t)tid : stack;
     void *stage_buf = mine;
@@ -185,7 +190,7 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
     float *state[MAX_MEMBERS];
     la_stage_reset(stage_buf);
     for (int64_t m = 0; m < nm; m++) {
-        const int64_t i = b * c->H + member_head(c, j->group, qh, m0 + m);
+        const int64_t i = unit_member(j, u, m);
         src[m] = la_source_at(c, i);
         if (c->s) {
             state[m] = (float *)c->s + (size_t)i * c->head_state_elems;
@@ -195,6 +200,12 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
                 memset(state[m] + r * c->dv + j0, 0, (size_t)nj * sizeof(float));
         }
     }
+    /* a step sweeps each state from L2 after one read from memory:
+     * meanwhile the next member's comes in, and after the last member the
+     * next unit's first (on this thread but where the static schedule
+     * cuts; a model's B = 1 decode measured level, and the rows would
+     * otherwise come in cold with nothing to overlap) */
+    const int fetch = c->T == 1 && c->s && !j->pack;
     head_state st[MAX_MEMBERS];
     for (int64_t m = 0; m < nm; m++) {
         st[m] = (head_state){.s = state[m]};
@@ -204,16 +215,12 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
             la_pack_tiles(state[m], c->dk, c->dv, j0, nj, pack_tile(j->kern),
                           pack_ld(j->kern), st[m].s);
         }
-        /* a step sweeps each state from L2 after one read from memory:
-         * meanwhile the next member's comes in, and after the last member
-         * the next unit's first (on this thread but where the static
-         * schedule cuts; a model's B = 1 decode measured level, and the
-         * rows would otherwise come in cold with nothing to overlap) */
-        if (m > 0 && c->T == 1 && c->s && !j->pack)
+        if (fetch && m > 0)
             st[m - 1].next = state[m];
     }
-    if (c->T == 1 && c->s && !j->pack && unit + 1 < j->units)
-        st[nm - 1].next = unit_state(j, unit + 1);
+    if (fetch && unit + 1 < j->units) /* a step's units are whole heads: column 0 */
+        st[nm - 1].next = (const float *)c->s + (size_t)unit_member(j, unit_where(j, unit + 1), 0) *
+                                                    c->head_state_elems;
     /* block-major: the q/k panels of a block serve every member */
     for (int64_t t0 = 0; t0 < c->T; t0 += j->a.block) {
         const int64_t n = c->T - t0 < j->a.block ? c->T - t0 : j->a.block;

@@ -104,6 +104,7 @@ size_t la_delta_head_bytes(const struct la_kernels *kern, const la_call *c, int6
 void la_delta_head_run(const struct la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                        const float *next, void *ws);
 int la_delta_head_recurrent(const struct la_kernels *kern, const la_call *c);
+/* next: as la_delta_head_run's, a float V-first state laid out as s */
 void la_delta_head_run_vfirst(const struct la_kernels *kern, const la_call *c, int64_t j0,
                               int64_t nj, void *s, const void *from, int bf16, int64_t ld,
                               const float *next, void *ws);

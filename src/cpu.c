@@ -2,7 +2,8 @@
  * and which machine's tuning entries fit it best, read once by the
  * registry. LINATTN_TEST_CPU_OFF (tests only) removes features from the
  * mask, so one machine exercises every fallback (libdeflate's way): a
- * comma-separated list of avx2, fma, f16c, avx512, asimd; a name it does not know
+ * comma-separated list of avx2, fma, f16c, avx512, avx512bf16, asimd (avx512
+ * also takes avx512bf16, which needs it); a name it does not know
  * removes every feature, so a typo cannot pass for a full CPU. */
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,8 @@ uint32_t la_cpu_features(void)
     } names[] = {{"avx2", LA_FEAT_AVX2},
                  {"fma", LA_FEAT_FMA},
                  {"f16c", LA_FEAT_F16C},
-                 {"avx512", LA_FEAT_AVX512},
+                 {"avx512", LA_FEAT_AVX512 | LA_FEAT_AVX512BF16},
+                 {"avx512bf16", LA_FEAT_AVX512BF16},
                  {"asimd", LA_FEAT_ASIMD}};
     uint32_t m = detect();
     const char *off = getenv("LINATTN_TEST_CPU_OFF");
@@ -51,8 +53,11 @@ static uint32_t detect(void)
         m |= LA_FEAT_FMA;
     if (f.f16c != 0)
         m |= LA_FEAT_F16C;
-    if (f.avx512f != 0 && f.avx512vl != 0 && f.avx512bw != 0 && f.avx512dq != 0)
+    if (f.avx512f != 0 && f.avx512vl != 0 && f.avx512bw != 0 && f.avx512dq != 0) {
         m |= LA_FEAT_AVX512;
+        if (f.avx512_bf16 != 0)
+            m |= LA_FEAT_AVX512BF16;
+    }
     return m;
 }
 

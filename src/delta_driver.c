@@ -98,7 +98,7 @@ typedef struct {
     int64_t s_vld;
     uint16_t *s16;
     int packed;
-    const float *next; /* s of the head worked on next (one-token calls) */
+    const void *next; /* the state worked on next, of this one's type (one-token calls) */
     const void *from;  /* V-first: the state before the call, if not at s (la_head.s_from) */
 } head_state;
 
@@ -365,11 +365,12 @@ int la_delta_head_recurrent(const la_kernels *kern, const la_call *c)
 
 void la_delta_head_run_vfirst(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                               void *s, const void *from, int bf16, int64_t ld,
-                              const float *next, void *ws)
+                              const void *next, void *ws)
 {
-    const head_state st =
+    head_state st =
         bf16 ? (head_state){.s_vld = ld, .s16 = s, .from = from}
-             : (head_state){.s = s, .s_vld = ld, .from = from, .next = c->T == 1 ? next : NULL};
+             : (head_state){.s = s, .s_vld = ld, .from = from};
+    st.next = c->T == 1 ? next : NULL;
     head_run(kern, c, j0, nj, st, ws);
 }
 
@@ -382,9 +383,9 @@ int la_delta_head_bf16_in_place(const la_kernels *kern, const la_call *c)
 }
 
 void la_delta_head_run_bf16(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
-                            uint16_t *s, void *ws)
+                            uint16_t *s, const uint16_t *next, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){.s16 = s}, ws);
+    head_run(kern, c, j0, nj, (head_state){.s16 = s, .next = c->T == 1 ? next : NULL}, ws);
 }
 
 /* Whether a call works on the packed copy (moved: see packs). */

@@ -45,6 +45,14 @@
 #define LA_DELTA_STEP_PREFETCH 1
 #endif
 
+/* Into L2: the n elements of es bytes at element `at` of a state. */
+LA_INLINE void delta_fetch(const void *state, int64_t at, int64_t n, int64_t es)
+{
+    const char *p = (const char *)state + at * es;
+    for (int64_t b = 0; b < n * es; b += 64)
+        __builtin_prefetch(p + b, 0, 2);
+}
+
 /* Vectors per register tile on a packed copy of the state (pack below): a
  * table may take narrower tiles there, so that a tile of dk rows fits in L1. */
 #ifndef LA_DELTA_PACK_NV
@@ -269,8 +277,10 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
      * and kept two branches, a jump and a spilled accumulator in it. */
     const int64_t dk = h->dk, fs = DELTA_FEATURES * dkp;
     const int64_t v_ts = h->v_ts, o_ts = h->o_ts, beta_ts = h->beta_ts;
-    /* the rows to fetch meanwhile, at their column 0 (delta_recurrent) */
-    const float *next_s = LA_DELTA_STEP_PREFETCH && !bf16 ? h->s_next : NULL;
+    /* the rows to fetch meanwhile, at their column 0 (delta_recurrent), of
+     * the state's type */
+    const void *next_s = LA_DELTA_STEP_PREFETCH ? h->s_next : NULL;
+    const int64_t es = bf16 ? 2 : 4, row_n = nv * LA_VW;
     la_vf acc[LA_DELTA_NV], u[LA_DELTA_NV], out[LA_DELTA_NV];
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
 #define ST(p, x, y)                                                                               \
@@ -280,7 +290,7 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
     /* the next tile's S^T k summed in this one's sweep (la_head.step_acc),
      * from its rows at s_next */
     const int fuse = h->step_acc_out && n == 1 && !bf16;
-    const float *fused_s = h->s_next;
+    const float *fused_s = fuse ? h->s_next : NULL;
     const float *k0 = f + 3 * dkp; /* the first token's kn, as the pass below reads it */
     for (int x = 0; x < nv; x++)
         acc[x] = h->step_acc_in ? LD(h->step_acc, x) : vf_zero();
@@ -295,8 +305,7 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
     for (int64_t c = 0; c < (h->step_acc_in ? 0 : dk); c++) { /* S^T k of the first token */
         const la_vf kv = vf_set1(k0[c]);
         if (spread && !(c & 1))
-            for (int e = 0; e < nv * LA_VW; e += 16)
-                __builtin_prefetch(next_s + c / 2 * ld + e, 0, 2);
+            delta_fetch(next_s, c / 2 * ld, row_n, es);
         for (int x = 0; x < nv; x++)
             acc[x] = vf_fma(SLD(c * ld, x), kv, acc[x]);
     }
@@ -322,11 +331,9 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
         const la_vf nk = vf_set1(NEXT ? kn[c] : FUSE ? k0[c] : 0.0f);                             \
         const int64_t sr = c * ld;                                                                \
         if (!NEXT && !FUSE && next_s && !(spread && ((dk + c) & 1)))                              \
-            for (int e = 0; e < nv * LA_VW; e += 16)                                              \
-                __builtin_prefetch(next_s + (spread ? (dk + c) / 2 * ld : sr) + e, 0, 2);          \
+            delta_fetch(next_s, spread ? (dk + c) / 2 * ld : sr, row_n, es);                     \
         if (FUSE && next_s && c + DELTA_FUSE_AHEAD < dk)                                          \
-            for (int e = 0; e < nv * LA_VW; e += 16)                                              \
-                __builtin_prefetch(next_s + sr + DELTA_FUSE_AHEAD * ld + e, 0, 2);                \
+            delta_fetch(next_s, sr + DELTA_FUSE_AHEAD * ld, row_n, es);                           \
         for (int x = 0; x < nv; x++) {                                                            \
             const la_vf old = SLD(sr, x);                                                         \
             const la_vf y = vf_fma(kv, u[x], gate == LA_GATE_NONE ? old : vf_mul(av, old));      \
@@ -609,7 +616,12 @@ static int64_t delta_pack_columns(int64_t n)
 static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
 {
     const int64_t dkp = round_vw(h->dk);
-    const int one_token = h->T == 1 && !h->s_packed && !h->s_bf16;
+    /* a decode step: on a float state, in step tiles (and fused); on
+     * either type, fetching the rows it works on next */
+    const int step = h->T == 1 && !h->s_packed;
+    const int one_token = step && !h->s_bf16;
+    const int64_t es = h->s_bf16 ? 2 : 4;
+    const char *state = h->s_bf16 ? (const char *)h->s_bf16 : (const char *)h->s;
     const int64_t tw = h->s_packed ? h->pack_tile : one_token ? delta_step_tile(h) : DELTA_TILE;
     float *f = ws;
     /* pairs of tokens on a float state (la_head.pair_tokens): the rows'
@@ -631,12 +643,12 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
             float *o = h->o + jb;
             const float *v = h->v + jb;
             /* what a one-token sweep fetches meanwhile: the next tile of
-             * this state, else the same columns (step tiles: the first) of
-             * the next state (la_head.s_next) */
+             * this state, else the first tile of the next state
+             * (la_head.s_next) */
             la_head th = *h;
-            th.s_next = one_token && jb + tw < j0 + nj ? h->s + jb + tw
-                        : h->s_next                    ? h->s_next + (one_token ? j0 : jb)
-                                                       : NULL;
+            th.s_next = step && jb + tw < j0 + nj ? state + (jb + tw) * es
+                        : h->s_next               ? (const char *)h->s_next + j0 * es
+                                                  : NULL;
             /* a step's tile and the next both whole and as wide: the next
              * one's read-only pass runs inside this one's sweep */
             th.step_acc = step_acc;
@@ -829,16 +841,15 @@ LA_INLINE void delta_vfirst_token(const la_head *h, const void *from, void *s, i
 {
     float u[VFIRST_MAX_GROUPS][4];
     int64_t row[VFIRST_MAX_GROUPS][VFIRST_ROWS];
-    const size_t es = bf16 ? 2 : 4;
-    /* the next state's rows of these columns (a float state laid out as
-     * this one, la_head.s_next), fetched over both passes as the K-first
-     * step does: group g's at pass step 2g, the dot products' steps first */
-    const float *next = bf16 ? NULL : h->s_next;
+    const int64_t es = bf16 ? 2 : 4;
+    /* the next state's rows of these columns (laid out as this one,
+     * la_head.s_next), fetched over both passes as the K-first step does:
+     * group g's at pass step 2g, the dot products' steps first */
+    const void *next = h->s_next;
 #define FETCH_NEXT(step)                                                                          \
     if (next && !((step) & 1))                                                                    \
         for (int r = 0; r < VFIRST_ROWS; r++)                                                     \
-            for (int64_t b = 0; b < h->dk; b += 16)                                               \
-                __builtin_prefetch(next + (j + (step) / 2 * VFIRST_ROWS + r) * h->s_vld + b, 0, 2);
+            delta_fetch(next, (j + (step) / 2 * VFIRST_ROWS + r) * h->s_vld, h->dk, es);
     for (int64_t g = 0; g < ng; g++) {
         FETCH_NEXT(g)
         for (int r = 0; r < VFIRST_ROWS; r++)
@@ -847,8 +858,8 @@ LA_INLINE void delta_vfirst_token(const la_head *h, const void *from, void *s, i
                        gate, u[g]);
         if (LA_VFIRST_PREFETCH_TO && from != s) /* the rows the update will write */
             for (int r = 0; r < VFIRST_ROWS; r++)
-                for (int64_t b = 0; b < h->dk * (int64_t)es; b += 64)
-                    __builtin_prefetch((char *)s + row[g][r] * (int64_t)es + b, 1, 3);
+                for (int64_t b = 0; b < h->dk * es; b += 64)
+                    __builtin_prefetch((char *)s + row[g][r] * es + b, 1, 3);
     }
     for (int64_t g = 0; g < ng; g++) {
         FETCH_NEXT(ng + g)

@@ -43,13 +43,14 @@ typedef struct la_head {
      * (rows that plus the table's pad apart) */
     int s_packed;
     int64_t pack_tile;
-    /* delta recurrent only, float state: the state the caller works on
-     * next, laid out as s, or NULL. A one-token tile's passes fetch rows
-     * into L2 while they work on s, so that memory is not idle then:
-     * K-first, the next column tile of s, after the last tile s_next's
+    /* delta recurrent only: the state the caller works on next, laid out
+     * as this one and of its type (float, or bfloat16 as s_bf16), or
+     * NULL. A one-token tile's passes fetch rows into L2 while they work
+     * on this state, so that memory is not idle then: K-first, the next
+     * column tile of this state, after the last tile s_next's first
      * (delta_recurrent hands each tile those rows, at their column 0);
      * V-first, s_next's rows of the columns worked on */
-    const float *s_next;
+    const void *s_next;
     /* delta recurrent only, one-token calls on a float K-first state:
      * with step_acc_in, step_acc holds S^T kn of the tile about to be
      * swept, summed by the previous tile's sweep; with step_acc_out the

@@ -210,7 +210,7 @@ static void start_from_read_slot(const la_serve *sv, int64_t rd, int64_t wr, int
  * the same bits as copying first). A zero start (at negative) or a call
  * without tokens fills `to` first. */
 static void vfirst_between_slots(const linattn_plan *p, const la_call *x, int64_t h, int64_t at,
-                                 int64_t to, int64_t j0, int64_t nj, const float *next,
+                                 int64_t to, int64_t j0, int64_t nj, const void *next,
                                  void *kws)
 {
     const la_serve *sv = &p->sv;
@@ -230,7 +230,7 @@ static void vfirst_between_slots(const linattn_plan *p, const la_call *x, int64_
  * call runs chunked (nothing touched yet). next: as la_delta_head_run's,
  * in the pool's layout. */
 static int run_vfirst(const linattn_plan *p, int64_t n, int64_t h, int64_t rd, int64_t wr,
-                      int64_t len, int64_t j0, int64_t nj, const float *next, void *kws)
+                      int64_t len, int64_t j0, int64_t nj, const void *next, void *kws)
 {
     const la_call x = head_call(&p->sv, n, h, 0, len, NULL, NULL);
     if (!la_delta_head_recurrent(p->kern, &x))
@@ -286,14 +286,15 @@ static int run_vfirst_snapshots(const linattn_plan *p, int64_t n, int64_t h, int
  * copy and rounding it back (1.35-1.57x the float32 step on Zen 3, against
  * a goal of 0.6x). */
 static int run_bf16_in_place(const linattn_plan *p, int64_t n, int64_t h, int64_t rd,
-                             int64_t wr, int64_t len, int64_t j0, int64_t nj, void *kws)
+                             int64_t wr, int64_t len, int64_t j0, int64_t nj,
+                             const uint16_t *next, void *kws)
 {
     const la_serve *sv = &p->sv;
     la_call x = head_call(sv, n, h, 0, len, NULL, NULL);
     if (!la_delta_head_bf16_in_place(p->kern, &x))
         return 0;
     start_from_read_slot(sv, rd, wr, h, j0, sv->c.dk, sv->c.dv, nj); /* rows' columns j0.. */
-    la_delta_head_run_bf16(p->kern, &x, j0, nj, la_serve_state(sv, wr, h), kws);
+    la_delta_head_run_bf16(p->kern, &x, j0, nj, la_serve_state(sv, wr, h), next, kws);
     return 1;
 }
 
@@ -379,11 +380,11 @@ static void run_unit(const linattn_plan *p, int64_t u, int64_t next_u, unsigned 
      * longer calls widen it once into the float copy and round it once. */
     if (!in_place && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA && sv->s_row == 1 &&
         sv->s_col >= c->dk && (f32 ? len <= VFIRST_MAX_T : len == 1) &&
-        run_vfirst(p, n, h, rd, wr, len, j0, nj, f32 ? unit_read_state(p, next_u) : NULL, kws))
+        run_vfirst(p, n, h, rd, wr, len, j0, nj, unit_read_state(p, next_u), kws))
         return;
     if (c->dt.s == LINATTN_BF16 && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA &&
         len == 1 && sv->s_col == 1 && sv->s_row == c->dv &&
-        run_bf16_in_place(p, n, h, rd, wr, len, j0, nj, kws))
+        run_bf16_in_place(p, n, h, rd, wr, len, j0, nj, unit_read_state(p, next_u), kws))
         return;
     if (sv->K == 0 && c->family == LA_FAMILY_DELTA && (sv->s_col == 1 || sv->s_row == 1) &&
         run_packed(p, n, h, rd, wr, len, j0, nj, kws))

@@ -1,6 +1,8 @@
 /* The registry: which tables this build has, which this CPU can run, which
  * one compute calls use. The choice is made once, thread-safely, on first
- * use; LINATTN_ISA forces one. A forced name that is unknown or cannot run
+ * use; LINATTN_ISA forces one. An ISA with several tables (avx512 and
+ * avx512bf16, which also needs AVX512-BF16) is served by the last one this
+ * CPU runs: meson lists them in order of preference. A forced name that is unknown or cannot run
  * leaves no table active: compute calls return LINATTN_E_ISA until
  * linattn_set_isa succeeds (no silent fallback). */
 #include <pthread.h>
@@ -99,7 +101,7 @@ static void init(void)
         RESOLVE(i, stage);
 #undef TUNE
         if (!tables[i]->test_only && la_table_runnable(tables[i]) &&
-            (best == NULL || tables[i]->isa > best->table->isa))
+            (best == NULL || tables[i]->isa >= best->table->isa))
             best = &resolved[i];
     }
     const char *env = getenv("LINATTN_ISA");

@@ -104,16 +104,17 @@ size_t la_delta_head_bytes(const struct la_kernels *kern, const la_call *c, int6
 void la_delta_head_run(const struct la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                        const float *next, void *ws);
 int la_delta_head_recurrent(const struct la_kernels *kern, const la_call *c);
-/* next: as la_delta_head_run's, a float V-first state laid out as s */
+/* next: as la_delta_head_run's, a V-first state laid out as s, of its type */
 void la_delta_head_run_vfirst(const struct la_kernels *kern, const la_call *c, int64_t j0,
                               int64_t nj, void *s, const void *from, int bf16, int64_t ld,
-                              const float *next, void *ws);
+                              const void *next, void *ws);
 int la_delta_head_packs(const struct la_kernels *kern, const la_call *c, int moved);
 void la_delta_head_run_packed(const struct la_kernels *kern, const la_call *c, int64_t j0,
                               int64_t nj, linattn_dtype t, const void *src, void *dst, int64_t row,
                               int64_t col, void *ws);
 int la_delta_head_bf16_in_place(const struct la_kernels *kern, const la_call *c);
+/* next: as la_delta_head_run's, a bfloat16 K-first state */
 void la_delta_head_run_bf16(const struct la_kernels *kern, const la_call *c, int64_t j0,
-                            int64_t nj, uint16_t *s, void *ws);
+                            int64_t nj, uint16_t *s, const uint16_t *next, void *ws);
 
 #endif

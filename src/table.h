@@ -25,6 +25,7 @@ enum {
     LA_FEAT_AVX512 = 1u << 2, /* F + VL + BW + DQ, with OS support for zmm state */
     LA_FEAT_ASIMD = 1u << 3,  /* AArch64 Advanced SIMD */
     LA_FEAT_F16C = 1u << 4,   /* x86 half-precision conversions (every AVX2 CPU has them) */
+    LA_FEAT_AVX512BF16 = 1u << 5, /* AVX512-BF16's conversions, with LA_FEAT_AVX512 */
 };
 
 typedef struct la_table {

@@ -36,6 +36,23 @@ for t in 1 8 "$ncpu"; do
 done
 # whole-model decode: 36 layers, B = 1 and 8, one thread and all
 run model --model 36 --threads "$ncpu"
+# a bfloat16 state's decode step over a float32 one's (the bf16_state goal):
+# B = 8 and B = 32 (from memory), the table AUTO runs (avx512bf16 where the
+# CPU has AVX512-BF16) and the plain avx512 table beside it
+run goals-step --family delta --kernel step --gate token --goals
+run goals-step-b32 --family delta --kernel step --gate token --goals --shape 32,32,1,128,128
+LINATTN_TEST_CPU_OFF=avx512bf16 run goals-step-b32-no-bf16 --family delta --kernel step \
+    --gate token --goals --shape 32,32,1,128,128
+# serving pools' decode steps against the contiguous call
+serve="$(dirname "$bench")/linattn-serve-bench"
+if [ -n "$quick" ]; then
+    "$serve" --quick >"$out/serve-quick.json"
+else
+    for c in pool_decode pool_decode_bf16 pool_decode_threads; do
+        echo "== serve $c" >&2
+        "$serve" "$c" >"$out/serve-$c.json"
+    done
+fi
 # AUTO's crossover and chunk lengths, and the la_tuning entries they give,
 # for the table this CPU dispatches to (every table's, the scalar one's
 # included, ran past the device bundle's 400 s on the Xeon)

@@ -40,12 +40,18 @@ supp=$PWD/tests/fuzz/lsan.supp # before the cd into the build directory below
 # of workspace never written shows in the outputs on every run
 fill=malloc_fill_byte=255:max_malloc_fill_size=67108864
 status=0
-for isa in scalar avx2 avx512 neon; do
+# Where the CPU has AVX512-BF16, LINATTN_ISA=avx512 runs the avx512bf16
+# table; avx512-plain masks that extension so the plain table is fuzzed too.
+plain=
+grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null && plain=avx512-plain
+for isa in scalar avx2 avx512 $plain neon; do
     corpus=$dir/fuzz-corpus-$isa
     mkdir -p "$corpus"
     log=$dir/fuzz-$isa.log
+    off=
+    [ "$isa" = avx512-plain ] && off=avx512bf16
     set +e
-    (cd "$dir" && LINATTN_ISA=$isa \
+    (cd "$dir" && LINATTN_ISA=${isa%-plain} LINATTN_TEST_CPU_OFF=$off \
         ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:$fill \
         LSAN_OPTIONS=suppressions=$supp \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \

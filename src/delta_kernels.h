@@ -287,6 +287,12 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
     ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
 #define SLD(row, x) vf_load_row(s, (row) + (x) * LA_VW, (x) == nv - 1 ? wl : LA_VW, bf16)
 #define SST(row, x, y) vf_store_row(s, (row) + (x) * LA_VW, (y), (x) == nv - 1 ? wl : LA_VW, bf16)
+    /* A bfloat16 sweep stores vectors x - 1 and x (x odd, both whole) at
+     * once, rounded together (vf_narrow2_bf16), as the V-first step does:
+     * one 64-byte store instead of two of 32 bytes (avx512bf16: one
+     * conversion instead of two). Level here on Zen 4; the V-first step
+     * gained 20-25% from it. */
+#define PAIRED(x) (bf16 && ((x) | 1) < nv && (((x) | 1) < nv - 1 || wl == LA_VW))
     /* the next tile's S^T k summed in this one's sweep (la_head.step_acc),
      * from its rows at s_next */
     const int fuse = h->step_acc_out && n == 1 && !bf16;
@@ -334,10 +340,16 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
             delta_fetch(next_s, spread ? (dk + c) / 2 * ld : sr, row_n, es);                     \
         if (FUSE && next_s && c + DELTA_FUSE_AHEAD < dk)                                          \
             delta_fetch(next_s, sr + DELTA_FUSE_AHEAD * ld, row_n, es);                           \
+        la_vf held = vf_zero(); /* an even vector waiting for its pair */                        \
         for (int x = 0; x < nv; x++) {                                                            \
             const la_vf old = SLD(sr, x);                                                         \
             const la_vf y = vf_fma(kv, u[x], gate == LA_GATE_NONE ? old : vf_mul(av, old));      \
-            SST(sr, x, y);                                                                        \
+            if (!PAIRED(x))                                                                       \
+                SST(sr, x, y);                                                                    \
+            else if (x & 1)                                                                       \
+                vf_store_row2(s, sr + (x - 1) * LA_VW, held, y, bf16);                            \
+            else                                                                                  \
+                held = y;                                                                         \
             out[x] = vf_fma(y, qv, out[x]);                                                       \
             if (NEXT)                                                                             \
                 acc[x] = vf_fma(y, nk, acc[x]);                                                   \
@@ -363,6 +375,7 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
 #undef ST
 #undef SLD
 #undef SST
+#undef PAIRED
 }
 
 /* Tokens t0..t0+n-1 of a float tile, n even, two at a time
@@ -566,10 +579,13 @@ static void delta_pairs_dispatch(const la_head *h, float *s, int64_t ld, const f
  * narrow width (LA_DELTA_NARROW_NV); other tiles (a last vector not full,
  * tiles narrowed for threads) read the gate. With pair (a float state,
  * la_head.pair_tokens), the block's tokens go in pairs and a last odd one
- * alone. */
-static void delta_tile_dispatch(const la_head *h, void *s, int64_t ld, const float *v, float *o,
-                                const float *f, float *pair, int64_t dkp, int64_t t0,
-                                int64_t n, int nv, int64_t wl, int bf16)
+ * alone. Instantiated once per state type (below), so that bf16 is a
+ * constant in every sweep: with it a run-time value, the bfloat16 sweep's
+ * paired stores cost the float32 step on Zen 4 0.59-0.62 -> 0.44-0.49 of
+ * the bound (B = 16). */
+LA_INLINE void delta_tile_typed(const la_head *h, void *s, int64_t ld, const float *v, float *o,
+                                const float *f, float *pair, int64_t dkp, int64_t t0, int64_t n,
+                                int nv, int64_t wl, int bf16)
 {
     if (pair && n >= 2) {
         const int64_t even = n & ~(int64_t)1;
@@ -596,6 +612,19 @@ static void delta_tile_dispatch(const la_head *h, void *s, int64_t ld, const flo
 #undef DELTA_TOKENS
 }
 #undef DELTA_WHOLE
+
+static void delta_tile_f32(const la_head *h, float *s, int64_t ld, const float *v, float *o,
+                           const float *f, float *pair, int64_t dkp, int64_t t0, int64_t n, int nv,
+                           int64_t wl)
+{
+    delta_tile_typed(h, s, ld, v, o, f, pair, dkp, t0, n, nv, wl, 0);
+}
+
+static void delta_tile_bf16(const la_head *h, uint16_t *s, int64_t ld, const float *v, float *o,
+                            const float *f, int64_t dkp, int64_t t0, int64_t n, int nv, int64_t wl)
+{
+    delta_tile_typed(h, s, ld, v, o, f, NULL, dkp, t0, n, nv, wl, 1);
+}
 
 /* A one-token call on a float K-first state sweeps tiles of
  * h->step_columns (whole vectors, at most the table's tile), each sweep
@@ -657,14 +686,13 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
             summed = th.step_acc_out;
             /* (whole-tile sweeps instantiated per gate: see delta_tile_tokens) */
             if (h->s_bf16)
-                delta_tile_dispatch(&th, h->s_bf16 + jb, h->dv, v, o, f, NULL, dkp, t0, n, nv, wl,
-                                    1);
+                delta_tile_bf16(&th, h->s_bf16 + jb, h->dv, v, o, f, dkp, t0, n, nv, wl);
             else if (h->s_packed)
-                delta_tile_dispatch(&th, la_packed_tile(h->s, h->dk, tw + LA_DELTA_PACK_PAD,
-                                                        (jb - j0) / tw),
-                                    tw + LA_DELTA_PACK_PAD, v, o, f, pair, dkp, t0, n, nv, wl, 0);
+                delta_tile_f32(&th,
+                               la_packed_tile(h->s, h->dk, tw + LA_DELTA_PACK_PAD, (jb - j0) / tw),
+                               tw + LA_DELTA_PACK_PAD, v, o, f, pair, dkp, t0, n, nv, wl);
             else
-                delta_tile_dispatch(&th, h->s + jb, h->dv, v, o, f, pair, dkp, t0, n, nv, wl, 0);
+                delta_tile_f32(&th, h->s + jb, h->dv, v, o, f, pair, dkp, t0, n, nv, wl);
         }
     }
 }
@@ -684,19 +712,33 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
 enum { VFIRST_ROWS = 4 };
 
 /* Chunk c (w lanes) of rows r < R: read from `from`, decayed, updated by
- * u_r kh, stored to s, and summed into out[r] against qh. */
+ * u_r kh, stored to s, and summed into out[r] against qh. pair: chunks c
+ * and c + LA_VW, both whole, stored at once (vf_store_row2: a bfloat16
+ * state's two halves rounded together, as the K-first sweep does); each
+ * out[r] sums them in the same order as two single chunks. */
 LA_INLINE void delta_vfirst_update(const void *from, void *s, const int64_t *row, int bf16, int R,
-                                   int64_t c, int64_t w, const float *kh, const float *qh,
-                                   const float *a, la_vf at, const la_vf *uv, la_vf *out,
-                                   la_gate gate)
+                                   int64_t c, int64_t w, int pair, const float *kh,
+                                   const float *qh, const float *a, la_vf at, const la_vf *uv,
+                                   la_vf *out, la_gate gate)
 {
     const la_vf kv = vf_load(kh + c), qv = vf_load(qh + c);
     const la_vf av = gate == LA_GATE_CHANNEL ? vf_load(a + c) : at;
+    const int64_t c1 = pair ? c + LA_VW : c;
+    const la_vf kv1 = vf_load(kh + c1), qv1 = vf_load(qh + c1);
+    const la_vf av1 = gate == LA_GATE_CHANNEL ? vf_load(a + c1) : at;
     for (int r = 0; r < R; r++) {
         const la_vf old = vf_load_row(from, row[r] + c, w, bf16);
         const la_vf y = vf_fma(kv, uv[r], gate == LA_GATE_NONE ? old : vf_mul(av, old));
-        vf_store_row(s, row[r] + c, y, w, bf16);
+        if (!pair) {
+            vf_store_row(s, row[r] + c, y, w, bf16);
+            out[r] = vf_fma(y, qv, out[r]);
+            continue;
+        }
+        const la_vf old1 = vf_load_row(from, row[r] + c1, LA_VW, bf16);
+        const la_vf y1 = vf_fma(kv1, uv[r], gate == LA_GATE_NONE ? old1 : vf_mul(av1, old1));
+        vf_store_row2(s, row[r] + c, y, y1, bf16);
         out[r] = vf_fma(y, qv, out[r]);
+        out[r] = vf_fma(y1, qv1, out[r]);
     }
 }
 
@@ -774,10 +816,12 @@ LA_INLINE void delta_vfirst_apply(const la_head *h, const void *from, void *s, c
         uv[r] = vf_set1(u[r]);
     const la_vf at = vf_set1(gate == LA_GATE_TOKEN ? a[0] : 1.0f);
     int64_t c = 0;
+    for (; bf16 && c + 2 * LA_VW <= dkw; c += 2 * LA_VW) /* bfloat16: vectors in pairs */
+        delta_vfirst_update(from, s, row, bf16, R, c, LA_VW, 1, kh, qh, a, at, uv, out, gate);
     for (; c < dkw; c += LA_VW)
-        delta_vfirst_update(from, s, row, bf16, R, c, LA_VW, kh, qh, a, at, uv, out, gate);
+        delta_vfirst_update(from, s, row, bf16, R, c, LA_VW, 0, kh, qh, a, at, uv, out, gate);
     if (c < dk)
-        delta_vfirst_update(from, s, row, bf16, R, c, dk - c, kh, qh, a, at, uv, out, gate);
+        delta_vfirst_update(from, s, row, bf16, R, c, dk - c, 0, kh, qh, a, at, uv, out, gate);
     float *o = h->o + t * h->o_ts + j, out4[4];
     if (R == VFIRST_ROWS) {
         vf_hsum4(out[0], out[1], out[2], out[3], o);

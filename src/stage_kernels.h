@@ -6,6 +6,9 @@
  *   vf_widen_bf16(p) vf_widen_f16(p)       LA_VW 16-bit values as floats
  *   vf_narrow_bf16(p, x) vf_narrow_f16(p, x)  LA_VW floats rounded to
  *                                          nearest even into 16 bits
+ *   vf_narrow2_bf16(p, lo, hi)             2 LA_VW floats, lo then hi, the
+ *                                          same way (one store where the
+ *                                          ISA can: state_rows.h)
  *   vf_sigmoid(x) vf_softplus(x)           for finite x
  *   vf_transpose(r)                        LA_VW vectors r[0..LA_VW) as a
  *                                          tile, transposed in registers
@@ -55,6 +58,8 @@ static void stage_store(linattn_dtype t, const float *x, int64_t n, void *y)
     int64_t i = 0;
     switch (t) {
     case LINATTN_BF16:
+        for (; i + 2 * LA_VW <= n; i += 2 * LA_VW)
+            vf_narrow2_bf16(h + i, vf_load(x + i), vf_load(x + i + LA_VW));
         for (; i + LA_VW <= n; i += LA_VW)
             vf_narrow_bf16(h + i, vf_load(x + i));
         for (; i < n; i++)

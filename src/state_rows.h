@@ -42,4 +42,17 @@ LA_INLINE void vf_store_row(void *y, int64_t off, la_vf v, int64_t n, int bf16)
     memcpy(p, t, (size_t)n * sizeof *p);
 }
 
+/* Two whole vectors, lo then hi, at element off of y: a bfloat16 row
+ * through vf_narrow2_bf16, one store of both (the same bits as two
+ * vf_store_row). */
+LA_INLINE void vf_store_row2(void *y, int64_t off, la_vf lo, la_vf hi, int bf16)
+{
+    if (bf16) {
+        vf_narrow2_bf16((uint16_t *)y + off, lo, hi);
+        return;
+    }
+    vf_store((float *)y + off, lo);
+    vf_store((float *)y + off + LA_VW, hi);
+}
+
 #endif

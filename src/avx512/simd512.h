@@ -224,6 +224,11 @@ LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
     for (int i = 0; i < 16; i++)
         p[i] = la_f32_to_bf16(t[i]);
 }
+LA_INLINE void vf_narrow2_bf16(uint16_t *p, la_vf lo, la_vf hi)
+{
+    vf_narrow_bf16(p, lo);
+    vf_narrow_bf16(p + 16, hi);
+}
 LA_INLINE la_vf vf_widen_f16(const uint16_t *p)
 {
     float t[16];
@@ -262,8 +267,9 @@ LA_INLINE la_vf vf_widen_bf16(const uint16_t *p)
     const __m512i w = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, to_top, w));
 }
-/* Round to nearest even; NaN stays a quiet NaN (la_f32_to_bf16 in half.h). */
-LA_INLINE __m256i la_round_bf16(la_vf x)
+/* Round to nearest even; NaN stays a quiet NaN (la_f32_to_bf16 in half.h):
+ * each lane's bfloat16 in its low 16 bits. */
+LA_INLINE __m512i la_round_bf16_lanes(la_vf x)
 {
     const __m512i u = _mm512_castps_si512(x);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
@@ -271,7 +277,16 @@ LA_INLINE __m256i la_round_bf16(la_vf x)
         _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
     const __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
     const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, qnan));
+    return _mm512_mask_mov_epi32(r, nan, qnan);
+}
+LA_INLINE __m256i la_round_bf16(la_vf x) { return _mm512_cvtepi32_epi16(la_round_bf16_lanes(x)); }
+/* lo then hi rounded, one 64-byte store */
+LA_INLINE __m512i la_round2_bf16(la_vf lo, la_vf hi)
+{
+    const __m512i even_words = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38,
+                                                36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12,
+                                                10, 8, 6, 4, 2, 0);
+    return _mm512_permutex2var_epi16(la_round_bf16_lanes(lo), even_words, la_round_bf16_lanes(hi));
 }
 #ifdef LA_AVX512_BF16
 /* vcvtneps2bf16 rounds as la_round_bf16 in one instruction (every float
@@ -287,10 +302,23 @@ LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
                           : la_round_bf16(x);
     _mm256_storeu_si256((__m256i *)p, y);
 }
+/* Two vectors in one conversion and one 64-byte store. */
+LA_INLINE void vf_narrow2_bf16(uint16_t *p, la_vf lo, la_vf hi)
+{
+    const __mmask16 sub_lo = _mm512_fpclass_ps_mask(lo, 0x20), sub_hi = _mm512_fpclass_ps_mask(hi, 0x20);
+    const __m512i y = __builtin_expect(_kortestz_mask16_u8(sub_lo, sub_hi), 1)
+                          ? (__m512i)_mm512_cvtne2ps_pbh(hi, lo)
+                          : la_round2_bf16(lo, hi);
+    _mm512_storeu_si512((void *)p, y);
+}
 #else
 LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
 {
     _mm256_storeu_si256((__m256i *)p, la_round_bf16(x));
+}
+LA_INLINE void vf_narrow2_bf16(uint16_t *p, la_vf lo, la_vf hi)
+{
+    _mm512_storeu_si512((void *)p, la_round2_bf16(lo, hi));
 }
 #endif
 LA_INLINE la_vf vf_widen_f16(const uint16_t *p)

@@ -154,6 +154,11 @@ LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
     const uint32x4_t qnan = vorrq_u32(u, vdupq_n_u32(0x400000));
     vst1_u16(p, vshrn_n_u32(vbslq_u32(vceqq_f32(x, x), r, qnan), 16));
 }
+LA_INLINE void vf_narrow2_bf16(uint16_t *p, la_vf lo, la_vf hi)
+{
+    vf_narrow_bf16(p, lo);
+    vf_narrow_bf16(p + 4, hi);
+}
 /* FCVTN rounds by FPCR: to nearest even, as every process starts. */
 LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x)
 {

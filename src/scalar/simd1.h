@@ -59,6 +59,11 @@ LA_INLINE la_vf vf_keep(la_vf x, int64_t n) { return n >= 1 ? x : 0.0f; }
 LA_INLINE la_vf vf_widen_bf16(const uint16_t *p) { return la_bf16_to_f32(*p); }
 LA_INLINE la_vf vf_widen_f16(const uint16_t *p) { return la_f16_to_f32(*p); }
 LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x) { *p = la_f32_to_bf16(x); }
+LA_INLINE void vf_narrow2_bf16(uint16_t *p, la_vf lo, la_vf hi)
+{
+    p[0] = la_f32_to_bf16(lo);
+    p[1] = la_f32_to_bf16(hi);
+}
 LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x) { *p = la_f32_to_f16(x); }
 LA_INLINE la_vf vf_sigmoid(la_vf x)
 {

@@ -2,9 +2,9 @@
  * one compute calls use. The choice is made once, thread-safely, on first
  * use; LINATTN_ISA forces one. An ISA with several tables (avx512 and
  * avx512bf16, which also needs AVX512-BF16) is served by the last one this
- * CPU runs: meson lists them in order of preference. A forced name that is unknown or cannot run
- * leaves no table active: compute calls return LINATTN_E_ISA until
- * linattn_set_isa succeeds (no silent fallback). */
+ * CPU runs: meson lists them in order of preference. A forced name that
+ * is unknown or cannot run leaves no table active: compute calls return
+ * LINATTN_E_ISA until linattn_set_isa succeeds (no silent fallback). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

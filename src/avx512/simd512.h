@@ -256,7 +256,8 @@ LA_INLINE la_vf la_log1p(la_vf x)
 #else
 /* Each 16-bit word to the top half of its lane with one zero-masked word
  * permute, not a zero extension and a shift: the bfloat16 step on Zen 4
- * (B = 32 states beyond L3) went from 0.74-0.76 to 0.60-0.72 of the float32
+ * (B = 32 states beyond L3, with the next state's fetch and avx512bf16's
+ * rounding in place) went from 0.74-0.76 to 0.60-0.72 of the float32
  * step's time. (llvm-mca's Sapphire Rapids model puts the permute's two
  * micro-ops on port 5, where the pair takes ports 5 and 0: the same count on
  * the FMA ports.) */
@@ -292,9 +293,9 @@ LA_INLINE __m512i la_round2_bf16(la_vf lo, la_vf hi)
 /* vcvtneps2bf16 rounds as la_round_bf16 in one instruction (every float
  * pattern checked on Zen 4, NaNs included), but reads a subnormal input
  * as zero: a vector holding one is rounded as above instead (rare: a
- * state decays into them only under strong gates). On Zen 4 the bfloat16
- * step (B = 8) went from 1.49-1.57 to 1.07-1.26 times the float32 step's
- * time. */
+ * state decays into them only under strong gates). On Zen 4 this alone
+ * took the bfloat16 step (B = 8) from 1.49-1.57 to 1.07-1.26 times the
+ * float32 step's time. */
 LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
 {
     const __m256i y = __builtin_expect(_mm512_fpclass_ps_mask(x, 0x20 /* subnormal */) == 0, 1)
@@ -305,7 +306,8 @@ LA_INLINE void vf_narrow_bf16(uint16_t *p, la_vf x)
 /* Two vectors in one conversion and one 64-byte store. */
 LA_INLINE void vf_narrow2_bf16(uint16_t *p, la_vf lo, la_vf hi)
 {
-    const __mmask16 sub_lo = _mm512_fpclass_ps_mask(lo, 0x20), sub_hi = _mm512_fpclass_ps_mask(hi, 0x20);
+    const __mmask16 sub_lo = _mm512_fpclass_ps_mask(lo, 0x20 /* subnormal */);
+    const __mmask16 sub_hi = _mm512_fpclass_ps_mask(hi, 0x20);
     const __m512i y = __builtin_expect(_kortestz_mask16_u8(sub_lo, sub_hi), 1)
                           ? (__m512i)_mm512_cvtne2ps_pbh(hi, lo)
                           : la_round2_bf16(lo, hi);

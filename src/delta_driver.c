@@ -98,7 +98,7 @@ typedef struct {
     int64_t s_vld;
     uint16_t *s16;
     int packed;
-    const void *next; /* the state worked on next, of this one's type (one-token calls) */
+    const void *next; /* the state worked on next, of its type (one-token calls fetch it) */
     const void *from;  /* V-first: the state before the call, if not at s (la_head.s_from) */
 } head_state;
 
@@ -120,7 +120,8 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
         const int64_t n = src->T - t0 < a->block ? src->T - t0 : a->block;
         la_head h = {.dk = c->dk, .dv = c->dv, .s = st.s, .s_bf16 = st.s16, .s_vld = s_vld,
                      .s_from = t0 == 0 ? st.from : NULL, .s_packed = st.packed,
-                     .pack_tile = st.packed ? pack_tile(kern) : 0, .s_next = st.next,
+                     .pack_tile = st.packed ? pack_tile(kern) : 0,
+                     .s_next = c->T == 1 ? st.next : NULL, /* fetched by a step alone */
                      .step_columns = kern->delta_tuning->delta_step_columns,
                      .step_fuse = kern->delta_tuning->delta_step_fuse, .scale = c->scale,
                      .chunk = a->chunk, .pair_tokens = pairs};
@@ -349,7 +350,7 @@ static void head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64
 void la_delta_head_run(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                        const float *next, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){.s = c->s, .next = c->T == 1 ? next : NULL}, ws);
+    head_run(kern, c, j0, nj, (head_state){.s = c->s, .next = next}, ws);
 }
 
 /* The same on a V-first state (value column j of the head at s + j * ld
@@ -367,10 +368,9 @@ void la_delta_head_run_vfirst(const la_kernels *kern, const la_call *c, int64_t 
                               void *s, const void *from, int bf16, int64_t ld,
                               const void *next, void *ws)
 {
-    head_state st =
-        bf16 ? (head_state){.s_vld = ld, .s16 = s, .from = from}
-             : (head_state){.s = s, .s_vld = ld, .from = from};
-    st.next = c->T == 1 ? next : NULL;
+    const head_state st =
+        bf16 ? (head_state){.s_vld = ld, .s16 = s, .from = from, .next = next}
+             : (head_state){.s = s, .s_vld = ld, .from = from, .next = next};
     head_run(kern, c, j0, nj, st, ws);
 }
 
@@ -385,7 +385,7 @@ int la_delta_head_bf16_in_place(const la_kernels *kern, const la_call *c)
 void la_delta_head_run_bf16(const la_kernels *kern, const la_call *c, int64_t j0, int64_t nj,
                             uint16_t *s, const uint16_t *next, void *ws)
 {
-    head_run(kern, c, j0, nj, (head_state){.s16 = s, .next = c->T == 1 ? next : NULL}, ws);
+    head_run(kern, c, j0, nj, (head_state){.s16 = s, .next = next}, ws);
 }
 
 /* Whether a call works on the packed copy (moved: see packs). */

@@ -105,10 +105,11 @@ END_TEST
 /* Whether the comma-separated list has the name. */
 static int listed(const char *list, const char *name)
 {
-    const size_t n = strlen(name);
-    for (const char *p = list; *p != '\0'; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
-        if (strcspn(p, ",") == n && strncmp(p, name, n) == 0)
+    for (const char *p = list; *p != '\0';) {
+        const size_t len = strcspn(p, ",");
+        if (len == strlen(name) && strncmp(p, name, len) == 0)
             return 1;
+        p += len + (p[len] == ',');
     }
     return 0;
 }

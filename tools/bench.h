@@ -202,6 +202,8 @@ typedef struct {
     double gbps, bound, frac_bound, us_per_token;
     double speedup, maxdiff, maxref;
     double ns_per_call, us_p50, us_p99, us_max, us_per_layer;
+    /* --model: the two-pass pattern's GB/s (tools/model.c) and gbps over it */
+    double bound_two_pass, frac_two_pass;
     const char *dtype, *state, *act; /* the types and activations of the call */
     /* goal rows (--goals): seconds over the reference's, median and range
      * of the repeats, the goal it is held to, the reference's seconds */
@@ -256,6 +258,8 @@ float bench_fma_loop(linattn_isa isa, int64_t iters);
 /* One read-modify-write pass s[i] = s[i] * a + b over n floats with the
  * vector width of isa. */
 void bench_rmw_pass(linattn_isa isa, float *s, size_t n);
+/* The sum of s[0..n) with the ISA's vectors (a read-only pass). */
+float bench_read_pass(linattn_isa isa, const float *s, size_t n);
 /* What the loops of isa are, for the report ("12 x zmm vfmadd", ...). */
 const char *bench_peak_desc(linattn_isa isa);
 

@@ -313,7 +313,7 @@ bench_result bench_new_result(const bench_options *op, const bench_case *c, benc
         .gbps = NAN, .bound = NAN, .frac_bound = NAN, .us_per_token = NAN,
         .speedup = NAN, .maxdiff = NAN, .maxref = NAN,
         .ns_per_call = NAN, .us_p50 = NAN, .us_p99 = NAN, .us_max = NAN,
-        .us_per_layer = NAN,
+        .us_per_layer = NAN, .bound_two_pass = NAN, .frac_two_pass = NAN,
         .dtype = bench_dtype_names[op->dtype],
         .state = k == K_STEP ? bench_dtype_names[op->state] : NULL,
         .act = op->act ? "on" : "off",

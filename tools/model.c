@@ -5,7 +5,12 @@
  * per layer and sequence). Each row is compared with a read-modify-write
  * pass over a buffer of the same total size (L states) on the same number
  * of threads, measured just before it: the bound a step that reads and
- * writes its state once could reach. */
+ * writes its state once could reach. A second reference runs the access
+ * pattern of a step on a K-first state without its arithmetic: per head's
+ * block of state, a read-only pass (the step's S^T k) and then a
+ * read-modify-write pass (its update), so a row's two fractions say how
+ * much of the gap to the bound the two passes leave and how much the
+ * arithmetic adds. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,22 +31,36 @@ typedef struct {
     float *buf;
     int64_t n;
     int nt;
+    int64_t block; /* 0: one pass; else a read pass and an RMW pass per block */
+    float sums[1024]; /* each thread's read passes' result, kept (--threads <= 1024) */
 } rmw_ctx;
 
-/* Thread i of nt owns the i-th contiguous slice (whole cache lines), as a
- * static split of the heads gives each thread its own rows of every layer. */
-static void rmw_slice(const rmw_ctx *c, int i)
+/* Thread i of nt owns the i-th contiguous slice (whole cache lines, or
+ * whole blocks), as a static split of the heads gives each thread its own
+ * rows of every layer. */
+static void rmw_slice(rmw_ctx *c, int i)
 {
-    const int64_t lines = (c->n + 15) / 16;
-    const int64_t l0 = lines * i / c->nt, l1 = lines * (i + 1) / c->nt;
-    const int64_t a = l0 * 16, b = l1 * 16 < c->n ? l1 * 16 : c->n;
-    if (b > a)
-        bench_rmw_pass(c->isa, c->buf + a, (size_t)(b - a));
+    const int64_t unit = c->block ? c->block : 16;
+    const int64_t units = (c->n + unit - 1) / unit;
+    const int64_t u0 = units * i / c->nt, u1 = units * (i + 1) / c->nt;
+    const int64_t a = u0 * unit, b = u1 * unit < c->n ? u1 * unit : c->n;
+    if (!c->block) {
+        if (b > a)
+            bench_rmw_pass(c->isa, c->buf + a, (size_t)(b - a));
+        return;
+    }
+    float sum = 0.0f;
+    for (int64_t x = a; x < b; x += unit) {
+        const size_t len = (size_t)(b - x < unit ? b - x : unit);
+        sum += bench_read_pass(c->isa, c->buf + x, len);
+        bench_rmw_pass(c->isa, c->buf + x, len);
+    }
+    c->sums[i] = sum;
 }
 
 static void run_rmw(void *p)
 {
-    const rmw_ctx *c = p;
+    rmw_ctx *c = p;
 #ifdef _OPENMP
     if (c->nt > 1) {
 #pragma omp parallel num_threads(c->nt)
@@ -52,9 +71,11 @@ static void run_rmw(void *p)
     rmw_slice(c, 0);
 }
 
-static double model_bound(const bench_options *op, linattn_isa isa, int64_t n, int nt)
+/* GB/s of state read and written once (the read pass is not counted). */
+static double model_bound(const bench_options *op, linattn_isa isa, int64_t n, int nt,
+                          int64_t block)
 {
-    rmw_ctx c = {isa, bench_alloc(n), n, nt};
+    rmw_ctx c = {.isa = isa, .buf = bench_alloc(n), .n = n, .nt = nt, .block = block};
     bench_fill(c.buf, n, 0.0f, 1.0f, 7); /* first touch here: pages spread as the run goes */
     const double sec = bench_time_call(run_rmw, &c, op->min_time);
     free(c.buf);
@@ -116,12 +137,14 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
         printf("linattn %s whole-model decode (%s): %lld layers of linattn_delta_step, "
                "H=%lld (%lld q/k heads) dk=%lld dv=%lld, one token per layer per pass\n"
                "bound: RMW s = s*a + b over all layers' states on the same threads, "
-               "measured before each row\n",
+               "measured before each row;\n2-pass: per head's state a read-only pass, "
+               "then the RMW pass (a K-first step's pattern without its arithmetic)\n",
                linattn_version(), linattn_isa_name(isa), (long long)op->model,
                (long long)s.H, (long long)(s.qk_heads ? s.qk_heads : s.H), (long long)s.dk,
                (long long)s.dv);
-        printf("%-6s %-14s %3s %3s %9s %12s %10s %8s %10s %10s\n", "isa", "gate", "B", "thr",
-               "state MiB", "us/layer", "us/token", "GB/s", "bound GB/s", "frac bound");
+        printf("%-6s %-14s %3s %3s %9s %12s %10s %8s %10s %10s %11s %11s\n", "isa", "gate", "B",
+               "thr", "state MiB", "us/layer", "us/token", "GB/s", "bound GB/s", "frac bound",
+               "2-pass GB/s", "frac 2-pass");
     }
     for (int bi = 0; bi < nb; bi++)
         for (int ci = 0; ci < nc; ci++)
@@ -135,7 +158,11 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
                 /* the bound over the states' bytes (bfloat16: half the floats) */
                 const int64_t nb = bench_state_bytes(op, FAM_DELTA, s, 0) * op->model /
                                    (int64_t)sizeof(float);
-                const double bound = model_bound(op, isa, nb, threads[ti]);
+                const double bound = model_bound(op, isa, nb, threads[ti], 0);
+                /* a head's state, in floats of its bytes */
+                const int64_t head = bench_state_bytes(op, FAM_DELTA, s, 0) / (s.B * s.H) /
+                                     (int64_t)sizeof(float);
+                const double two_pass = model_bound(op, isa, nb, threads[ti], head);
                 model_ctx x = {&cs[ci], bench_config(&top, &cs[ci], K_STEP, s),
                                bench_data_alloc(&top, s, 1), bench_alloc(n), op->model, per};
                 memset(x.states, 0, (size_t)n * sizeof(float));
@@ -153,13 +180,17 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
                 r.gbps = 2.0 * sizeof(float) * (double)nb / sec * 1e-9;
                 r.bound = bound;
                 r.frac_bound = r.gbps / bound;
+                r.bound_two_pass = two_pass;
+                r.frac_two_pass = r.gbps / two_pass;
                 if (op->json)
                     bench_json(&r);
                 else
-                    printf("%-6s %-14s %3lld %3d %9.1f %12.2f %10.1f %8.1f %10.1f %10.2f\n",
+                    printf("%-6s %-14s %3lld %3d %9.1f %12.2f %10.1f %8.1f %10.1f %10.2f %11.1f "
+                           "%11.2f\n",
                            r.isa, bench_gate_names[r.gate], (long long)s.B, r.threads,
                            (double)nb * sizeof(float) / (1 << 20), r.us_per_layer,
-                           r.us_per_token, r.gbps, r.bound, r.frac_bound);
+                           r.us_per_token, r.gbps, r.bound, r.frac_bound, r.bound_two_pass,
+                           r.frac_two_pass);
                 fflush(stdout);
             }
 }

@@ -124,6 +124,40 @@ TARGET_AVX512 static void rmw_avx512(float *s, size_t n)
     for (; i < n; i++)
         s[i] = s[i] * RMW_A + RMW_B;
 }
+
+TARGET_AVX2 static float sum_avx2(const float *s, size_t n)
+{
+    __m256 x0 = _mm256_setzero_ps(), x1 = x0, x2 = x0, x3 = x0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        x0 = _mm256_add_ps(x0, _mm256_loadu_ps(s + i));
+        x1 = _mm256_add_ps(x1, _mm256_loadu_ps(s + i + 8));
+        x2 = _mm256_add_ps(x2, _mm256_loadu_ps(s + i + 16));
+        x3 = _mm256_add_ps(x3, _mm256_loadu_ps(s + i + 24));
+    }
+    float lanes[8], sum = 0.0f;
+    _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)));
+    for (; i < n; i++)
+        sum += s[i];
+    return sum + lanes[0] + lanes[7];
+}
+
+TARGET_AVX512 static float sum_avx512(const float *s, size_t n)
+{
+    __m512 x0 = _mm512_setzero_ps(), x1 = x0, x2 = x0, x3 = x0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        x0 = _mm512_add_ps(x0, _mm512_loadu_ps(s + i));
+        x1 = _mm512_add_ps(x1, _mm512_loadu_ps(s + i + 16));
+        x2 = _mm512_add_ps(x2, _mm512_loadu_ps(s + i + 32));
+        x3 = _mm512_add_ps(x3, _mm512_loadu_ps(s + i + 48));
+    }
+    float lanes[16], sum = 0.0f;
+    _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)));
+    for (; i < n; i++)
+        sum += s[i];
+    return sum + lanes[0] + lanes[15];
+}
 #endif /* __x86_64__ */
 
 #if defined(__aarch64__)
@@ -164,6 +198,22 @@ static void rmw_neon(float *s, size_t n)
     for (; i < n; i++)
         s[i] = s[i] * RMW_A + RMW_B;
 }
+
+static float sum_neon(const float *s, size_t n)
+{
+    float32x4_t x0 = vdupq_n_f32(0.0f), x1 = x0, x2 = x0, x3 = x0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        x0 = vaddq_f32(x0, vld1q_f32(s + i));
+        x1 = vaddq_f32(x1, vld1q_f32(s + i + 4));
+        x2 = vaddq_f32(x2, vld1q_f32(s + i + 8));
+        x3 = vaddq_f32(x3, vld1q_f32(s + i + 12));
+    }
+    float sum = vaddvq_f32(vaddq_f32(vaddq_f32(x0, x1), vaddq_f32(x2, x3)));
+    for (; i < n; i++)
+        sum += s[i];
+    return sum;
+}
 #endif /* __aarch64__ */
 
 /* The scalar table's bound: the plain loop, vectorised (or not) by the
@@ -174,6 +224,19 @@ static void rmw_plain(float *s, size_t n)
         s[i] = s[i] * RMW_A + RMW_B;
 }
 
+/* Four sums, so that the adds' latency does not bound the read. */
+static float sum_plain(const float *s, size_t n)
+{
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++)
+            x[j] += s[i + j];
+    for (; i < n; i++)
+        x[0] += s[i];
+    return (x[0] + x[1]) + (x[2] + x[3]);
+}
+
 /* The loops of each ISA, found by the name the library gives the ISA. An
  * ISA without a row here (a new table) is measured with the scalar loops,
  * which understates its peak: add its row when adding the table. */
@@ -182,28 +245,29 @@ typedef struct {
     int lanes;
     float (*fma)(int64_t iters);
     void (*rmw)(float *s, size_t n);
+    float (*sum)(const float *s, size_t n);
     const char *desc;
 } peak_impl;
 
 static const peak_impl impls[] = {
 #if defined(__x86_64__)
-    {"avx2", 8, fma_avx2, rmw_avx2, "12 x ymm vfmadd"},
-    {"avx512", 16, fma_avx512, rmw_avx512, "12 x zmm vfmadd"},
+    {"avx2", 8, fma_avx2, rmw_avx2, sum_avx2, "12 x ymm vfmadd"},
+    {"avx512", 16, fma_avx512, rmw_avx512, sum_avx512, "12 x zmm vfmadd"},
 #elif defined(__aarch64__)
-    {"neon", 4, fma_neon, rmw_neon, "12 x q-reg fmla"},
+    {"neon", 4, fma_neon, rmw_neon, sum_neon, "12 x q-reg fmla"},
 #endif
 };
 
 static const peak_impl *impl_of(linattn_isa isa)
 {
 #if defined(__x86_64__)
-    static const peak_impl scalar_fma = {"scalar", 1, fma_scalar_hw, rmw_plain,
+    static const peak_impl scalar_fma = {"scalar", 1, fma_scalar_hw, rmw_plain, sum_plain,
                                          "12 x scalar fmaf"};
-    static const peak_impl scalar_muladd = {"scalar", 1, fma_scalar_muladd, rmw_plain,
+    static const peak_impl scalar_muladd = {"scalar", 1, fma_scalar_muladd, rmw_plain, sum_plain,
                                             "12 x scalar mul+add"};
     const peak_impl *scalar = __builtin_cpu_supports("fma") ? &scalar_fma : &scalar_muladd;
 #else
-    static const peak_impl scalar_impl = {"scalar", 1, fma_scalar, rmw_plain,
+    static const peak_impl scalar_impl = {"scalar", 1, fma_scalar, rmw_plain, sum_plain,
                                           "12 x scalar fmaf"};
     const peak_impl *scalar = &scalar_impl;
 #endif
@@ -219,5 +283,7 @@ double bench_fma_flops_per_iter(linattn_isa isa) { return 2.0 * PEAK_ACC * impl_
 float bench_fma_loop(linattn_isa isa, int64_t iters) { return impl_of(isa)->fma(iters); }
 
 void bench_rmw_pass(linattn_isa isa, float *s, size_t n) { impl_of(isa)->rmw(s, n); }
+
+float bench_read_pass(linattn_isa isa, const float *s, size_t n) { return impl_of(isa)->sum(s, n); }
 
 const char *bench_peak_desc(linattn_isa isa) { return impl_of(isa)->desc; }

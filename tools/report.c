@@ -70,6 +70,8 @@ void bench_json(const bench_result *r)
     json_num("pct_bound", 100 * r->frac_bound);
     json_num("us_per_token", r->us_per_token);
     json_num("us_per_layer", r->us_per_layer);
+    json_num("bound_two_pass_gbps", r->bound_two_pass);
+    json_num("frac_two_pass", r->frac_two_pass);
     json_num("us_p50", r->us_p50);
     json_num("us_p99", r->us_p99);
     json_num("us_max", r->us_max);

@@ -86,6 +86,10 @@ typedef struct {
     const char *sweep;
     int64_t decode;
     int64_t model; /* --model L: layers */
+    /* --pool: the model's states as a serving pool per layer (slot b for
+     * sequence b) in this layout, through linattn_run; POOL_NONE: the
+     * contiguous step */
+    enum { POOL_NONE, POOL_KFIRST, POOL_VFIRST } pool;
     int gates_given;
     double min_time; /* seconds of timed calls per case */
     /* --dtype: q, k, v, beta and o; --state: the step's state; --act: the
@@ -141,6 +145,8 @@ typedef struct {
     /* the gate activation's parameters: A_log [H], dt_bias [H][dk] (the
      * raw projections and beta logits are g and beta themselves) */
     float *A_log, *dt_bias;
+    /* a step's state as a pool (s or s16 its base), or NULL */
+    const linattn_state_pool *pool;
 } bench_data;
 
 /* The buffers of shape s in the options' layout (the sizes do not depend
@@ -205,6 +211,7 @@ typedef struct {
     /* --model: the two-pass pattern's GB/s (tools/model.c) and gbps over it */
     double bound_two_pass, frac_two_pass;
     const char *dtype, *state, *act; /* the types and activations of the call */
+    const char *pool; /* --model --pool: kfirst or vfirst */
     /* goal rows (--goals): seconds over the reference's, median and range
      * of the repeats, the goal it is held to, the reference's seconds */
     double ratio, ratio_min, ratio_max, goal, sec_ref;

@@ -373,7 +373,7 @@ void bench_call(const bench_case *c, bench_kernel k, const linattn_config *cfg,
     const float *g = c->gate == G_NONE ? NULL : strong ? d->g_strong : d->g;
     linattn_status st;
     const char *fn;
-    if (!plain_f32(cfg)) {
+    if (!plain_f32(cfg) || d->pool) {
         const int wide = cfg->dtype.q != LINATTN_F32; /* q, k, v, beta, o: one type */
         const int oi = o == d->o[1];
         linattn_operands ops;
@@ -390,6 +390,7 @@ void bench_call(const bench_case *c, bench_kernel k, const linattn_config *cfg,
         }
         if (k == K_STEP) {
             ops.s = cfg->dtype.s == LINATTN_BF16 ? (void *)d->s16 : (void *)d->s;
+            ops.pool = d->pool;
             ops.z = c->family == FAM_ADDITIVE && cfg->normalize ? d->z : NULL;
         }
         const linattn_op op = c->family == FAM_DELTA

@@ -90,6 +90,7 @@ typedef struct {
     bench_data d; /* inputs shared by the layers (one token: they stay cached) */
     float *states;
     int64_t layers, state_floats;
+    const linattn_state_pool *pool; /* --pool: each layer's states as this pool */
 } model_ctx;
 
 static void run_token(void *p)
@@ -99,6 +100,7 @@ static void run_token(void *p)
         bench_data d = x->d;
         d.s = x->states + l * x->state_floats;
         d.s16 = (uint16_t *)x->states + l * x->state_floats; /* a bfloat16 state */
+        d.pool = x->pool;
         bench_call(x->c, K_STEP, &x->cfg, &d, d.o[0]);
     }
 }
@@ -122,6 +124,7 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
     static const int64_t default_b[] = {1, 8};
     const int64_t *bs = op->shape_given ? &op->shape.B : default_b;
     const int nb = op->shape_given ? 1 : 2;
+    static const char *const pool_names[] = {NULL, "kfirst", "vfirst"};
     const int threads[2] = {1, all_threads(op)};
     const int nth = threads[1] > 1 ? 2 : 1;
     bench_options mop = *op;
@@ -134,12 +137,15 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
     bench_use_isa(isa);
     if (!op->json) {
         const bench_shape s = bench_step_shape(&mop, FAM_DELTA);
-        printf("linattn %s whole-model decode (%s): %lld layers of linattn_delta_step, "
+        printf("linattn %s whole-model decode (%s): %lld layers of %s, "
                "H=%lld (%lld q/k heads) dk=%lld dv=%lld, one token per layer per pass\n"
                "bound: RMW s = s*a + b over all layers' states on the same threads, "
                "measured before each row;\n2-pass: per head's state a read-only pass, "
                "then the RMW pass (a K-first step's pattern without its arithmetic)\n",
                linattn_version(), linattn_isa_name(isa), (long long)op->model,
+               op->pool == POOL_KFIRST   ? "linattn_run on a K-first pool"
+               : op->pool == POOL_VFIRST ? "linattn_run on a V-first pool"
+                                         : "linattn_delta_step",
                (long long)s.H, (long long)(s.qk_heads ? s.qk_heads : s.H), (long long)s.dk,
                (long long)s.dv);
         printf("%-6s %-14s %3s %3s %9s %12s %10s %8s %10s %10s %11s %11s\n", "isa", "gate", "B",
@@ -163,16 +169,33 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
                 const int64_t head = bench_state_bytes(op, FAM_DELTA, s, 0) / (s.B * s.H) /
                                      (int64_t)sizeof(float);
                 const double two_pass = model_bound(op, isa, nb, threads[ti], head);
-                model_ctx x = {&cs[ci], bench_config(&top, &cs[ci], K_STEP, s),
-                               bench_data_alloc(&top, s, 1), bench_alloc(n), op->model, per};
+                /* --pool: slot b holds sequence b's H heads */
+                int32_t *slots = malloc((size_t)s.B * sizeof *slots);
+                if (slots == NULL)
+                    bench_die("out of memory");
+                for (int64_t b = 0; b < s.B; b++)
+                    slots[b] = (int32_t)b;
+                const int vfirst = op->pool == POOL_VFIRST;
+                const linattn_state_pool pool = {
+                    .slots = s.B, .slot = s.H * s.dk * s.dv, .head = s.dk * s.dv,
+                    .row = vfirst ? 1 : s.dv, .col = vfirst ? s.dk : 1, .read_slots = slots};
+                model_ctx x = {&cs[ci],
+                               bench_config(&top, &cs[ci], K_STEP, s),
+                               bench_data_alloc(&top, s, 1),
+                               bench_alloc(n),
+                               op->model,
+                               per,
+                               op->pool == POOL_NONE ? NULL : &pool};
                 memset(x.states, 0, (size_t)n * sizeof(float));
                 const double sec = bench_time_call(run_token, &x, op->min_time);
                 bench_data_free(&x.d);
                 free(x.states);
+                free(slots);
 
                 bench_result r = bench_new_result(&top, &cs[ci], K_STEP, isa, s);
                 bench_set_rates(&top, &r, isa, (double)(s.B * s.H * op->model), sec);
                 r.mode = "model";
+                r.pool = pool_names[op->pool];
                 r.layers = op->model;
                 r.sec = sec;
                 r.us_per_token = sec * 1e6;

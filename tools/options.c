@@ -79,6 +79,10 @@ static void usage(void)
           "                        at 1 thread and all threads (--threads N above 1, else\n"
           "                        the CPUs online); against a read-modify-write pass over\n"
           "                        the same total bytes on the same threads, this run\n"
+          "  --pool kfirst|vfirst  with --model: each layer's states in a serving pool\n"
+          "                        of that layout (K-first [dk][dv] or V-first [dv][dk]\n"
+          "                        per head, slot b for sequence b), stepped through\n"
+          "                        linattn_run\n"
           "  --sweep FILE.csv      tokens/s against T = 256..65536 for dk = dv = 64 and\n"
           "                        128: chunked, recurrent and quadratic (T <= 8192) of\n"
           "                        every ISA unless --isa; B = H = 1 unless --shape;\n"
@@ -264,6 +268,7 @@ enum {
     OPT_SWEEP,
     OPT_DECODE,
     OPT_MODEL,
+    OPT_POOL,
     OPT_DTYPE,
     OPT_STATE,
     OPT_ACT,
@@ -298,6 +303,7 @@ bench_options bench_parse_args(int argc, char **argv)
         {"sweep", required_argument, NULL, OPT_SWEEP},
         {"decode", required_argument, NULL, OPT_DECODE},
         {"model", required_argument, NULL, OPT_MODEL},
+        {"pool", required_argument, NULL, OPT_POOL},
         {"dtype", required_argument, NULL, OPT_DTYPE},
         {"state", required_argument, NULL, OPT_STATE},
         {"act", required_argument, NULL, OPT_ACT},
@@ -361,6 +367,14 @@ bench_options bench_parse_args(int argc, char **argv)
         case OPT_SWEEP: op.sweep = val; break;
         case OPT_DECODE: op.decode = parse_int("--decode", val, 1, 100000000); break;
         case OPT_MODEL: op.model = parse_int("--model", val, 1, 4096); break;
+        case OPT_POOL:
+            if (strcmp(val, "kfirst") == 0)
+                op.pool = POOL_KFIRST;
+            else if (strcmp(val, "vfirst") == 0)
+                op.pool = POOL_VFIRST;
+            else
+                usage_error("--pool takes kfirst or vfirst, not '%s'", val);
+            break;
         case OPT_DTYPE: op.dtype = parse_dtype("--dtype", val, 3); break;
         case OPT_STATE: op.state = parse_dtype("--state", val, 2); break;
         case OPT_ACT: {
@@ -380,6 +394,8 @@ bench_options bench_parse_args(int argc, char **argv)
         usage_error("unexpected argument '%s'", argv[optind]);
     if ((op.sweep != NULL) + (op.decode != 0) + (op.model != 0) > 1)
         usage_error("--sweep, --decode and --model are separate runs");
+    if (op.pool != POOL_NONE && !op.model)
+        usage_error("--pool goes with --model");
     if (op.goals && (op.sweep || op.decode || op.model))
         usage_error("--goals follows the default table, not --sweep, --decode or --model");
     if (op.quick)

@@ -50,6 +50,7 @@ void bench_json(const bench_result *r)
     json_str("dtype", r->dtype);
     json_str("state", r->state);
     json_str("act", r->act);
+    json_str("pool", r->pool);
     json_int("threads", r->threads);
     json_int("chunk", r->chunk);
     json_int("tokens", r->tokens);

@@ -34,8 +34,10 @@ for t in 1 8 "$ncpu"; do
     run "delta-prefill-t$t" --family delta --kernel recurrent --gate token --threads "$t"
     run "delta-step-t$t" --family delta --decode 2000 --gate token --threads "$t"
 done
-# whole-model decode: 36 layers, B = 1 and 8, one thread and all
+# whole-model decode: 36 layers, B = 1 and 8, one thread and all (each row
+# also against the two-pass reference), and through a V-first pool
 run model --model 36 --threads "$ncpu"
+run model-vfirst --model 36 --threads "$ncpu" --pool vfirst
 # a bfloat16 state's decode step over a float32 one's (the bf16_state goal):
 # B = 8 and B = 32 (from memory), the table AUTO runs (avx512bf16 where the
 # CPU has AVX512-BF16) and the plain avx512 table beside it

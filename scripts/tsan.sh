@@ -1,5 +1,6 @@
 #!/bin/sh
-# ThreadSanitizer pass: the library and tests/threads built with clang
+# ThreadSanitizer pass: the library, tests/threads and the fuzz corpus's
+# replay built with clang
 # -fsanitize=thread, OpenMP from libomp (GCC's libgomp is not instrumented;
 # libomp's libarcher tells TSan about OpenMP's synchronisation).
 #   sh scripts/tsan.sh [BUILD_DIR]      (default build-tsan)
@@ -17,6 +18,8 @@ else
     # shellcheck disable=SC2086
     CC=clang meson setup "$dir" $opts >/dev/null
 fi
-ninja -C "$dir" tests/threads/test_threads
+ninja -C "$dir" tests/threads/test_threads tests/fuzz/fuzz_replay
+# the threads test, then the fuzz corpus (calls on OpenMP threads, and
+# plans whose ranges run on two threads at once)
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1" \
-    meson test -C "$dir" -v --print-errorlogs --no-rebuild --suite threads
+    meson test -C "$dir" -v --print-errorlogs --no-rebuild --suite threads --suite fuzz

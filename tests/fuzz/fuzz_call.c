@@ -15,7 +15,8 @@
  *    16-bit value past its type's range: the infinity of its sign) whenever
  *    the inputs are finite and no fp32 overflow is possible, and a rerun with
  *    num_threads = 1 gives the same bits;
- *  - a serving-form call run as a plan's units, in ranges the input picks,
+ *  - a serving-form call run as a plan's units, in ranges the input picks
+ *    (in turn on one thread, or on two threads at once),
  *    gives linattn_run's bits, and the plan refuses ranges outside it.
  *
  * Allocations stay small: a decoded call whose buffers exceed BUDGET floats
@@ -27,6 +28,7 @@
  * always means the ordinary choice, so short inputs are plain calls. */
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -839,10 +841,34 @@ static void plan_refusals(const call *c, const linattn_plan *plan, int64_t units
     }
 }
 
-/* The call as a plan (what an engine's own threads do), on this thread:
- * c->plan % 4 picks the ranges (1: unit by unit from the last, 2: the
- * second half then the first, 3: runs of 1 + (c->plan >> 2) % 5 units),
- * each with a workspace of its own; bit 7 tries refused ranges first. */
+/* Ranges of a plan's units run in turn on one thread, each with a
+ * workspace of its own (filled with NaN under ASan), as a thread has. */
+typedef struct {
+    const linattn_plan *plan;
+    size_t ws_bytes;
+    const int64_t *first, *count;
+    int64_t n;          /* ranges */
+    int64_t from, by;   /* this thread runs ranges from, from + by, ... */
+    int64_t failed;     /* the first range that failed, or -1 */
+} plan_ranges;
+
+static void *run_ranges(void *p)
+{
+    plan_ranges *w = p;
+    for (int64_t r = w->from; r < w->n && w->failed < 0; r += w->by) {
+        void *ws = aligned_alloc(64, (w->ws_bytes + 63) / 64 * 64 + 64);
+        if (ws == NULL || linattn_plan_run(w->plan, w->first[r], w->count[r], ws) != LINATTN_OK)
+            w->failed = r;
+        free(ws);
+    }
+    return NULL;
+}
+
+/* The call as a plan (what an engine's own threads do): c->plan % 4 picks
+ * the ranges (1: unit by unit from the last, 2: the second half then the
+ * first, 3: runs of 1 + (c->plan >> 2 & 15) % 5 units); bit 6 runs them on
+ * two threads at once (even ranges on one, odd on the other), else in turn
+ * on this thread; bit 7 tries refused ranges first. */
 static linattn_status run_plan(const call *c, linattn_op op, const linattn_config *cfg,
                                const linattn_operands *ops)
 {
@@ -859,26 +885,39 @@ static linattn_status run_plan(const call *c, linattn_op op, const linattn_confi
         fuzz_fail(c, "%s %g units", "a plan of", (double)units, 0);
     if (c->plan & 128)
         plan_refusals(c, plan, units, ws_bytes);
-    const int64_t step = c->plan % 4 == 3 ? 1 + (c->plan >> 2) % 5 : units;
-    for (int64_t r = 0, done = 0; done < units; r++) {
-        int64_t first, count;
+    const int64_t step = c->plan % 4 == 3 ? 1 + (c->plan >> 2 & 15) % 5 : units;
+    int64_t *first = malloc((size_t)units * sizeof *first);
+    int64_t *count = malloc((size_t)units * sizeof *count);
+    if (first == NULL || count == NULL)
+        abort();
+    int64_t n = 0;
+    for (int64_t done = 0; done < units; n++) {
         switch (c->plan % 4) {
-        case 1: first = units - 1 - r, count = 1; break;
-        case 2: first = r == 0 ? units / 2 : 0, count = r == 0 ? units - units / 2 : units / 2;
-                break;
-        default: first = done, count = units - done < step ? units - done : step; break;
-        }
-        /* a workspace per range, as a thread has; filled with NaN under ASan */
-        void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64 + 64);
-        const linattn_status rs = linattn_plan_run(plan, first, count, ws);
-        free(ws);
-        if (rs != LINATTN_OK) {
-            fuzz_fail(c, "%s [%g, + %g) failed", "linattn_plan_run of units", (double)first,
-                      (double)count);
+        case 1: first[n] = units - 1 - n, count[n] = 1; break;
+        case 2:
+            first[n] = n == 0 ? units / 2 : 0;
+            count[n] = n == 0 ? units - units / 2 : units / 2;
             break;
+        default: first[n] = done, count[n] = units - done < step ? units - done : step; break;
         }
-        done += count;
+        done += count[n];
     }
+    const int two = (c->plan & 64) && n > 1;
+    plan_ranges w[2];
+    for (int t = 0; t < 2; t++)
+        w[t] = (plan_ranges){plan, ws_bytes, first, count, n, t, two ? 2 : 1, -1};
+    pthread_t other;
+    if (two && pthread_create(&other, NULL, run_ranges, &w[1]) != 0)
+        abort();
+    run_ranges(&w[0]);
+    if (two)
+        pthread_join(other, NULL);
+    for (int t = 0; t < 1 + two; t++)
+        if (w[t].failed >= 0)
+            fuzz_fail(c, "%s [%g, + %g) failed", "linattn_plan_run of units",
+                      (double)first[w[t].failed], (double)count[w[t].failed]);
+    free(first);
+    free(count);
     linattn_plan_destroy(plan);
     return LINATTN_OK;
 }

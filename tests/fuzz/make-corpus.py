@@ -245,13 +245,19 @@ def seeds():
     s["serve-slots-vfirst-step-unnamed"] = call(kind="delta_step", B=3, gate="channel",
                                                 phi="identity",
                                                 serve=[SERVE["slots_vfirst"], 3, 0, 2, 1, 1, 8, 5])
-    # plans (the units run on the caller's thread in ranges: 1 one by one from the last,
-    # 2 the second half then the first, 3 runs of 1 + (byte >> 2) % 5; + 128 refused ranges
-    # first): the same bits as linattn_run
+    # plans (the units run in ranges: 1 one by one from the last, 2 the second half then
+    # the first, 3 runs of 1 + (byte >> 2 & 15) % 5; + 64 the ranges on two threads at
+    # once; + 128 refused ranges first): the same bits as linattn_run
     s["serve-plan-pool-vfirst-backwards"] = call(kind="delta_forward", B=3, gate="channel",
                                                  phi="identity", threads=2,
                                                  serve=[SERVE["pool_vfirst"]], plan=1 | 128)
     s["serve-plan-cu-halves"] = call(B=1, T=40, gate="token", serve=[SERVE["cu"], 3], plan=2)
+    s["serve-plan-pool-vfirst-two-threads"] = call(kind="delta_step", B=3, H=4, gate="token",
+                                                   phi="identity",
+                                                   serve=[SERVE["pool_vfirst"]], plan=1 | 64)
+    s["serve-plan-cu-runs-two-threads"] = call(kind="delta_forward", B=1, T=40, gate="channel",
+                                               phi="identity", serve=[SERVE["cu"], 3],
+                                               plan=3 | 1 << 2 | 64)
     s["serve-plan-slots-runs"] = call(kind="delta_forward", B=3, T=5, gate="token",
                                       phi="identity",
                                       serve=[SERVE["slots"], 3 | 3 << 2, 1, 0, 0, 1, 8, 1,

@@ -265,7 +265,8 @@ float bench_fma_loop(linattn_isa isa, int64_t iters);
 /* One read-modify-write pass s[i] = s[i] * a + b over n floats with the
  * vector width of isa. */
 void bench_rmw_pass(linattn_isa isa, float *s, size_t n);
-/* The sum of s[0..n) with the ISA's vectors (a read-only pass). */
+/* The sum of s[0..n) with the ISA's vectors, four sums apart (a read-only
+ * pass that does not wait on its adds). */
 float bench_read_pass(linattn_isa isa, const float *s, size_t n);
 /* What the loops of isa are, for the report ("12 x zmm vfmadd", ...). */
 const char *bench_peak_desc(linattn_isa isa);

@@ -137,9 +137,11 @@ TARGET_AVX2 static float sum_avx2(const float *s, size_t n)
     }
     float lanes[8], sum = 0.0f;
     _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)));
+    for (int l = 0; l < 8; l++)
+        sum += lanes[l];
     for (; i < n; i++)
         sum += s[i];
-    return sum + lanes[0] + lanes[7];
+    return sum;
 }
 
 TARGET_AVX512 static float sum_avx512(const float *s, size_t n)
@@ -152,11 +154,10 @@ TARGET_AVX512 static float sum_avx512(const float *s, size_t n)
         x2 = _mm512_add_ps(x2, _mm512_loadu_ps(s + i + 32));
         x3 = _mm512_add_ps(x3, _mm512_loadu_ps(s + i + 48));
     }
-    float lanes[16], sum = 0.0f;
-    _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)));
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)));
     for (; i < n; i++)
         sum += s[i];
-    return sum + lanes[0] + lanes[15];
+    return sum;
 }
 #endif /* __x86_64__ */
 

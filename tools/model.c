@@ -32,13 +32,14 @@ typedef struct {
     int64_t n;
     int nt;
     int64_t block; /* 0: one pass; else a read pass and an RMW pass per block */
-    float sums[1024]; /* each thread's read passes' result, kept (--threads <= 1024) */
 } rmw_ctx;
+
+static volatile float sink; /* keeps the read passes' sums alive */
 
 /* Thread i of nt owns the i-th contiguous slice (whole cache lines, or
  * whole blocks), as a static split of the heads gives each thread its own
- * rows of every layer. */
-static void rmw_slice(rmw_ctx *c, int i)
+ * rows of every layer. Returns the sum of its read passes (0 without). */
+static float rmw_slice(const rmw_ctx *c, int i)
 {
     const int64_t unit = c->block ? c->block : 16;
     const int64_t units = (c->n + unit - 1) / unit;
@@ -47,7 +48,7 @@ static void rmw_slice(rmw_ctx *c, int i)
     if (!c->block) {
         if (b > a)
             bench_rmw_pass(c->isa, c->buf + a, (size_t)(b - a));
-        return;
+        return 0.0f;
     }
     float sum = 0.0f;
     for (int64_t x = a; x < b; x += unit) {
@@ -55,20 +56,22 @@ static void rmw_slice(rmw_ctx *c, int i)
         sum += bench_read_pass(c->isa, c->buf + x, len);
         bench_rmw_pass(c->isa, c->buf + x, len);
     }
-    c->sums[i] = sum;
+    return sum;
 }
 
 static void run_rmw(void *p)
 {
-    rmw_ctx *c = p;
+    const rmw_ctx *c = p;
 #ifdef _OPENMP
     if (c->nt > 1) {
-#pragma omp parallel num_threads(c->nt)
-        rmw_slice(c, omp_get_thread_num());
+        float s = 0.0f;
+#pragma omp parallel num_threads(c->nt) reduction(+ : s)
+        s += rmw_slice(c, omp_get_thread_num());
+        sink += s;
         return;
     }
 #endif
-    rmw_slice(c, 0);
+    sink += rmw_slice(c, 0);
 }
 
 /* GB/s of state read and written once (the read pass is not counted). */

@@ -457,8 +457,9 @@ def _act(gate, beta_act):
 # --- linear attention -------------------------------------------------------
 
 def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False,
-                      normalize=True, cu_seqlens=None,
-                      ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False, **kwargs):
+                      normalize=True, cu_seqlens=None, state_v_first=False,
+                      ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False,
+                      **kwargs):
     """fla.ops.linear_attn.chunk_linear_attn. With normalize, o is divided by
     q . (sum of k) + 1e-10 and the state is the pair (S [N, H, K, V],
     z [N, 1, H, K])."""
@@ -466,14 +467,14 @@ def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_stat
         _kwargs('chunk_linear_attn', kwargs)
     return _run(_FORWARD, q, k, v, scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                normalize=normalize, algo='auto',
+                normalize=normalize, state_v_first=state_v_first, algo='auto',
                 ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
                 inplace_final_state=inplace_final_state)
 
 
 def fused_recurrent_linear_attn(q, k, v, scale=None, initial_state=None,
                                 output_final_state=False, reverse=False, normalize=False,
-                                cu_seqlens=None,
+                                cu_seqlens=None, state_v_first=False,
                                 ssm_state_indices=None, num_accepted_tokens=None,
                                 inplace_final_state=False, **kwargs):
     """fla.ops.linear_attn.fused_recurrent_linear_attn (normalize off by default)."""
@@ -481,7 +482,8 @@ def fused_recurrent_linear_attn(q, k, v, scale=None, initial_state=None,
         _kwargs('fused_recurrent_linear_attn', kwargs)
     return _run(_FORWARD, q, k, v, scale=scale, initial_state=initial_state,
                 output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                normalize=normalize, reverse=reverse, algo='recurrent',
+                normalize=normalize, reverse=reverse, state_v_first=state_v_first,
+                algo='recurrent',
                 ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
                 inplace_final_state=inplace_final_state)
 
@@ -565,7 +567,7 @@ def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=Non
 
 
 def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=False,
-                    cu_seqlens=None,
+                    cu_seqlens=None, state_v_first=False,
                     ssm_state_indices=None, num_accepted_tokens=None,
                     inplace_final_state=False, **kwargs):
     """fla.ops.retention.chunk_retention: RetNet's fixed per-head decays,
@@ -576,7 +578,8 @@ def chunk_retention(q, k, v, scale=None, initial_state=None, output_final_state=
     g_gamma = np.log(1 - np.float32(2) ** (-5 - np.arange(H, dtype=np.float32)))
     return _run(_FORWARD, q, k, v, g_gamma.astype(np.float32), 'head', scale=scale,
                 initial_state=initial_state, output_final_state=output_final_state,
-                cu_seqlens=cu_seqlens, algo='auto', chunk=kwargs.get('chunk_size') or 0,
+                cu_seqlens=cu_seqlens, state_v_first=state_v_first, algo='auto',
+                chunk=kwargs.get('chunk_size') or 0,
                 ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
                 inplace_final_state=inplace_final_state)
 
@@ -643,22 +646,21 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
 
 def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False,
                      use_qk_l2norm_in_kernel=False, cu_seqlens=None, cu_seqlens_cpu=None,
-
-                     ssm_state_indices=None, num_accepted_tokens=None,
+                     state_v_first=False, ssm_state_indices=None, num_accepted_tokens=None,
                      inplace_final_state=False, **kwargs):
     """fla.ops.delta_rule.chunk_delta_rule (DeltaNet): beta [B, T, H]."""
     if kwargs:
         _kwargs('chunk_delta_rule', kwargs)
     return _run(_DELTA_FORWARD, q, k, v, None, 'none', beta, scale, initial_state,
-                output_final_state, cu_seqlens, qk_l2norm=use_qk_l2norm_in_kernel,
-                algo='auto',
+                output_final_state, cu_seqlens, state_v_first=state_v_first,
+                qk_l2norm=use_qk_l2norm_in_kernel, algo='auto',
                 ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
                 inplace_final_state=inplace_final_state)
 
 
 def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None, initial_state=None,
                                output_final_state=False, use_qk_l2norm_in_kernel=False,
-                               cu_seqlens=None,
+                               cu_seqlens=None, state_v_first=False,
                                ssm_state_indices=None, num_accepted_tokens=None,
                                inplace_final_state=False, **kwargs):
     """fla.ops.delta_rule.fused_recurrent_delta_rule: beta None means ones."""
@@ -666,8 +668,8 @@ def fused_recurrent_delta_rule(q, k, v, beta=None, scale=None, initial_state=Non
         _kwargs('fused_recurrent_delta_rule', kwargs)
     beta = _beta(beta, q, v, False, False)[0]
     return _run(_DELTA_FORWARD, q, k, v, None, 'none', beta, scale, initial_state,
-                output_final_state, cu_seqlens, qk_l2norm=use_qk_l2norm_in_kernel,
-                algo='recurrent',
+                output_final_state, cu_seqlens, state_v_first=state_v_first,
+                qk_l2norm=use_qk_l2norm_in_kernel, algo='recurrent',
                 ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
                 inplace_final_state=inplace_final_state)
 

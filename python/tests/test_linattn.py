@@ -465,6 +465,57 @@ def test_fla_gla_state_v_first():
     close(st, S.transpose(0, 1, 3, 2))
 
 
+def _state_fns():
+    return sorted(n for n in linattn.__all__ if callable(getattr(linattn, n))
+                  and 'initial_state' in inspect.signature(getattr(linattn, n)).parameters)
+
+
+def test_every_state_function_takes_state_v_first():
+    """A V-first pool passed to a function without the keyword would be
+    read K-first: with K == V, wrong results and no error."""
+    fns = _state_fns()
+    assert 'chunk_linear_attn' in fns and 'fused_recurrent_kda' in fns
+    missing = [n for n in fns if 'state_v_first' not in
+               inspect.signature(getattr(linattn, n)).parameters]
+    assert not missing, f'no state_v_first: {missing}'
+
+
+@pytest.mark.parametrize('fn,kw', [
+    ('chunk_linear_attn', {'normalize': False}),
+    ('chunk_linear_attn', {'normalize': True}),
+    ('fused_recurrent_linear_attn', {}),
+    ('chunk_retention', {}),
+    ('chunk_delta_rule', {'beta': 'beta', 'use_qk_l2norm_in_kernel': True}),
+    ('fused_recurrent_delta_rule', {'beta': 'beta', 'use_qk_l2norm_in_kernel': True}),
+])
+@pytest.mark.parametrize('T', [1, 9])
+def test_state_v_first_is_the_transposed_state(fn, kw, T):
+    """state_v_first=True reads and returns [N, H, V, K]: the K-first call's
+    results on the transposed state (K == V, so a state read the wrong way
+    round would go unnoticed by its shape)."""
+    q, k, v = fla_inputs(T)
+    kw = dict(kw)
+    if 'beta' in kw:
+        kw['beta'] = f32(B, T, H, lo=0, hi=1)
+    s0 = f32(B, H, K, V, lo=-0.3, hi=0.3)
+    init = s0
+    init_t = np.ascontiguousarray(s0.transpose(0, 1, 3, 2))
+    if kw.get('normalize'):
+        z0 = f32(B, 1, H, K, lo=0.5, hi=1.5)
+        init, init_t = (s0, z0), (init_t, z0)
+    f = getattr(linattn, fn)
+    o, st = f(q, k, v, initial_state=init, output_final_state=True, **kw)
+    o_t, st_t = f(q, k, v, initial_state=init_t, output_final_state=True, state_v_first=True,
+                  **kw)
+    if kw.get('normalize'):
+        np.testing.assert_array_equal(st_t[1], st[1])
+        st, st_t = st[0], st_t[0]
+    assert st_t.shape == (B, H, V, K)
+    # the delta rule's V-first kernels sum along K: equal to rounding
+    np.testing.assert_allclose(o_t, o, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(st_t, st.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-5)
+
+
 def test_fla_retention():
     T, Hr = 37, 4
     q, k, v = fla_inputs(T, Hr, Hr)

@@ -334,8 +334,10 @@ linattn_status la_check_serve(la_serve *sv, linattn_op op, const linattn_config 
     /* la_check on the call with no state (the pool is checked below); a
      * step is checked as the one-token forward it is */
     linattn_config one = *cfg;
-    if (step) { /* what a step ignores is not checked: token strides, causal */
-        one.seq_len = 1, one.causal = 1;
+    if (step) { /* what a step ignores is not checked (token strides), but its
+                 * causal flag is, as la_check checks a step's: 0 or 1 */
+        one.seq_len = 1;
+        one.causal = cfg->causal == 0 || cfg->causal == 1 ? 1 : cfg->causal;
         one.q.token = one.k.token = one.v.token = one.o.token = one.g.token = one.beta.token = 0;
     }
     *sv = (la_serve){0};

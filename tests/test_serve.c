@@ -804,6 +804,28 @@ START_TEST(bad_snapshot_slot_and_step_cu)
 }
 END_TEST
 
+/* A step ignores causal's meaning but checks the flag, whichever way it
+ * goes: a pool's step, its plan and the contiguous step (the fuzzer found
+ * a plan taking causal = -1 that linattn_run refused). */
+START_TEST(step_checks_causal_flag)
+{
+    const int delta = _i;
+    world w;
+    scenario sc = scenario_mixed(delta, 0, 0, 1, 1);
+    world_make(&w, &sc);
+    w.cfg.causal = -1;
+    expect_refused(&w, LINATTN_E_ARG, "cfg->causal = -1");
+    linattn_operands plain = w.ops;
+    plain.pool = NULL;
+    ck_assert_int_eq(linattn_run(world_op(&w), &w.cfg, &plain), LINATTN_E_ARG);
+    ck_assert_error_has("cfg->causal = -1");
+    w.cfg.causal = 0; /* valid, and a step is causal whatever it says */
+    ck_assert_msg(linattn_run(world_op(&w), &w.cfg, &w.ops) == LINATTN_OK, "%s",
+                  linattn_last_error());
+    world_free(&w);
+}
+END_TEST
+
 START_TEST(plan_run_bad_ranges)
 {
     world w;
@@ -911,6 +933,7 @@ static Suite *serve_suite(void)
     TCase *bad = tcase_create("bad_input");
     tcase_add_loop_test(bad, bad_slots_and_seqlens, 0, 2);
     tcase_add_test(bad, bad_snapshot_slot_and_step_cu);
+    tcase_add_loop_test(bad, step_checks_causal_flag, 0, 2);
     tcase_add_test(bad, plan_run_bad_ranges);
     suite_add_tcase(s, bad);
     return s;

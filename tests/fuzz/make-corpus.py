@@ -368,6 +368,12 @@ def seeds():
         kind="delta_step", phi="identity", gate="channel", regimes={"v": 3, "g": 1, "s": 2},
         serve=run, ext=ext(q="bf16", k="f16", v="f32", beta="bf16", o="f16", s="bf16"))
     # Inputs the fuzzer found, kept byte for byte as regression seeds.
+    # a delta step with causal = -1 through a plan: the plan checked the
+    # step as a forward with causal set to 1, so it ran what linattn_run
+    # refuses (cfg->causal must be 0 or 1 on a step too)
+    s["found-plan-step-causal-flag"] = bytes(
+        [3, 2, 3, 19, 7, 32, 50, 200, 83, 254, 85, 0, 0, 0, 1] + [0] * 28 + [1] + [0] * 8
+        + [133, 1, 1, 1, 1, 1, 1, 99, 102, 103, 45, 62, 100, 118, 1, 0, 0, 0, 0, 0, 1])
     s["found-avx2-token-stride-T1"] = bytes(
         [0, 19, 9, 0, 3, 0, 0, 1, 16, 0, 0, 0, 0, 47] + [118] * 31 + [15, 0])
     # additive quads under a token gate, v near 2^127 and k near 2^-135:

@@ -201,15 +201,26 @@ static float special(void)
     return s[rng() % (sizeof s / sizeof s[0])];
 }
 
+/* A value of 2^e times [lo, hi), with the sign drawn first when `sign`: the
+ * draws in a fixed order (the order in which a compiler evaluates the
+ * operands of * or the arguments of a call is unspecified, and GCC and
+ * clang differ, so an input would make other values in each build). */
+static float scaled(int sign, int e0, unsigned span, float lo, float hi)
+{
+    const float s = !sign || rng() & 1 ? 1.0f : -1.0f;
+    const int e = e0 + (int)(rng() % span);
+    return s * ldexpf(uniform(lo, hi), e);
+}
+
 static float general_value(unsigned regime)
 {
     switch (regime % 10) {
     case 0: return uniform(-1, 1);
     case 1: return uniform(0, 1);
     case 2: return 0.0f;
-    case 3: return ldexpf(uniform(-1, 1), (int)(rng() % 41) - 20);
-    case 4: return (rng() & 1 ? 1 : -1) * ldexpf(uniform(1, 2), 100 + (int)(rng() % 28));
-    case 5: return (rng() & 1 ? 1 : -1) * ldexpf(uniform(1, 2), -150 + (int)(rng() % 30));
+    case 3: return scaled(0, -20, 41, -1, 1);
+    case 4: return scaled(1, 100, 28, 1, 2);
+    case 5: return scaled(1, -150, 30, 1, 2);
     case 6: return rng() % 16 ? uniform(-1, 1) : NAN;
     case 7: return rng() % 16 ? uniform(-1, 1) : (rng() & 1 ? INFINITY : -INFINITY);
     case 8: return rng() % 4 ? uniform(-1, 1) : special();
@@ -226,7 +237,7 @@ static float gate_value(unsigned regime)
     case 2: return rng() % 5 ? uniform(-0.5f, 0) : resets[rng() % 7];
     case 3: return rng() & 1 ? 0.0f : -0.0f;
     case 4: return rng() & 1 ? -1e-40f : -FLT_MIN;
-    case 5: return -ldexpf(uniform(1, 2), 100 + (int)(rng() % 28));
+    case 5: return -scaled(0, 100, 28, 1, 2);
     case 6: { /* mostly valid, some invalid */
         static const float bad[] = {1e-7f, 0.5f, NAN, -INFINITY, INFINITY, FLT_TRUE_MIN};
         return rng() % 8 ? uniform(-1, 0) : bad[rng() % 6];
@@ -1122,7 +1133,7 @@ static void head_ref_run(const call *c, head_ref *r, int64_t b, int64_t h, int64
     r->s = malloc(sizeof(ref_num) * (size_t)(dk * dv));
     r->z = malloc(sizeof(ref_num) * (size_t)dk);
     r->out = (ref_out){r->o, r->rc.normalize ? r->den : NULL, r->s, r->rc.normalize ? r->z : NULL,
-                       0, 0, 0, 0};
+                       0, 0, 0, 0, 0};
     ref_head(&r->rc, &in, &r->out);
     /* gates from raw projections: a few ulps of each log-decay more */
     r->gamma = (delta ? 64 : 16) * (double)(T + dk + dv + 16) * FLT_EPSILON +
@@ -1193,7 +1204,7 @@ static void check_state(const call *c, const head_ref *r, int64_t slot, int64_t 
         return;
     const float *z = c->ptr[BZ] + (slot * f->heads + h) * dk;
     for (int64_t i = 0; i < dk; i++) {
-        const double tol = 2 * (r->gamma * r->z[i].a + r->z[i].m + r->out.flush_den) + 1e-37;
+        const double tol = 2 * (r->gamma * r->z[i].a + r->z[i].m + r->out.flush_z) + 1e-37;
         if (!(fabs((double)z[i] - r->z[i].v) <= tol)) {
             char where[96];
             snprintf(where, sizeof where, "z[slot %lld,h=%lld][%lld]", (long long)slot,

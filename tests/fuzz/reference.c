@@ -216,6 +216,8 @@ void ref_head(const ref_cfg *c, const ref_in *in, ref_out *out)
      * this much of an undecayed output or normaliser. */
     out->flush_o = FLUSH * (mq * ms * n + mq * mk * mv * n * n + mk * mv * n + mk * ms * n);
     out->flush_den = FLUSH * (mq * mz * n + mq * mk * n * n);
+    /* the final z is decayed z and keys, not met by q (which may be tiny) */
+    out->flush_z = FLUSH * (mz + mk * n);
     /* A product of small factors (a decayed key, a scaled query, q . k),
      * formed in whatever order a kernel chooses, keeps only an absolute
      * precision of FLT_TRUE_MIN once it is subnormal or underflows (FLT_MIN
@@ -224,4 +226,5 @@ void ref_head(const ref_cfg *c, const ref_in *in, ref_out *out)
     const double tiny = c->ftz ? (double)FLT_MIN : (double)FLT_TRUE_MIN;
     out->flush_o += tiny * (mq * mv * n * n + mv * n + ms * n + mq * ms * n);
     out->flush_den += tiny * (mq * n * n + mz * n + n);
+    out->flush_z += tiny * n;
 }

@@ -40,8 +40,9 @@ typedef struct {
     ref_num *z;   /* [dk] */
     double gate_sum; /* largest sum over tokens of min(|g|, 200) of one channel */
     int overflow;    /* some magnitude passed 1e30: fp32 may overflow, no comparison */
-    double flush_o, flush_den; /* absolute error allowed for decays flushed to
-                                  0 and for subnormal or underflowed products */
+    /* absolute error allowed for decays flushed to 0 and for subnormal or
+     * underflowed products: in o, in the normalisers, in the final z */
+    double flush_o, flush_den, flush_z;
 } ref_out;
 
 void ref_head(const ref_cfg *c, const ref_in *in, ref_out *out);

@@ -109,9 +109,20 @@ typedef struct la_additive_ops {
      * linattn_step's token loop. Never allocates. */
     void (*token)(const la_head *h, const float *q, const float *k, const float *v,
                   const float *g, float *o);
-    /* Whole head, gate NONE: S = S_in + Kh^T V, z = z_in + sum kh, every
-     * query reads the final S, z; h->s, h->z end as that S, z. */
-    void (*forward_noncausal)(const la_head *h);
+    /* The non-causal forward (gate NONE) in two passes over blocks of
+     * tokens, so that the input stage makes the rows of one block at a
+     * time: noncausal_state adds the h->T tokens of h to the state
+     * (S += Kh^T V, z += sum kh), then, once every block is in,
+     * noncausal_output reads out its h->T queries from the final S, z
+     * (o = Qh S, divided by Qh z + eps when normalising). The driver's
+     * blocks are a multiple of each table's own token blocking, so the
+     * sums are those of one call over the whole head. */
+    void (*noncausal_state)(const la_head *h);
+    void (*noncausal_output)(const la_head *h);
 } la_additive_ops;
+
+/* Tokens per block of the non-causal passes: a multiple of every table's
+ * token blocking (each table asserts it). */
+#define LA_NONCAUSAL_BLOCK 64
 
 #endif /* LINATTN_ADDITIVE_H */

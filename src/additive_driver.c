@@ -53,8 +53,8 @@ static la_head head_base(const la_call *c)
  *   zero state (no user state) | z compensation (token loop) |
  *   stage panels | u, uz + pack (chunked)
  * The stage makes its panels just before the ops read them: a token at a
- * time in the token loop, a chunk at a time in the chunked form; only the
- * non-causal op, which takes the whole head, needs all T rows. */
+ * time in the token loop, a chunk at a time in the chunked form, a block
+ * of LA_NONCAUSAL_BLOCK tokens in the non-causal passes. */
 typedef struct {
     size_t zero, zc, stage, chunk_state, pack, total;
 } head_ws;
@@ -80,7 +80,7 @@ static head_ws ws_plan(const la_call *c, int chunked, int64_t chunk, size_t pack
     /* the token loop compensates z within the call even when the caller
      * keeps no compensation */
     w.zc = !chunked && c->normalize && !c->z_compensated && c->T > 1 ? la_size_floats(dk) : 0;
-    w.stage = stage_bytes(c, !c->causal ? c->T : chunked ? chunk : 1);
+    w.stage = stage_bytes(c, !c->causal ? LA_NONCAUSAL_BLOCK : chunked ? chunk : 1);
     w.chunk_state = chunked ? state : 0;
     w.pack = chunked ? la_size_up64(pack_bytes) : 0;
     w.total = la_size_add(la_size_add(la_size_add(w.zero, w.zc),
@@ -113,6 +113,18 @@ static la_head view_of(const la_stage_ops *stage, const la_head *h, const la_sou
         la_stage_in(stage, src, 0, src->T, buf, &x);
     else
         la_stage_in(stage, src, t0, n, buf, &x);
+    *at = view_token(src, t0);
+    return x;
+}
+
+/* view_of for a pass that reads only some operands (LA_STAGE_*). */
+static la_head view_parts_of(const la_stage_ops *stage, const la_head *h, const la_source *src,
+                             int64_t t0, int64_t n, void *buf, int64_t *at, unsigned parts)
+{
+    if (la_stage_passthrough(src))
+        return view_of(stage, h, src, t0, n, buf, at);
+    la_head x = *h;
+    la_stage_in_parts(stage, src, t0, n, buf, &x, parts);
     *at = view_token(src, t0);
     return x;
 }
@@ -163,6 +175,44 @@ static void run_tokens(const la_kernels *kern, const la_head *h, const la_source
     }
 }
 
+/* The tokens [at, at + n) of view x as a head of n tokens. */
+static la_head tokens_of(const la_head *x, int64_t at, int64_t n)
+{
+    la_head b = *x;
+    b.q += at * b.q_ts, b.k += at * b.k_ts, b.v += at * b.v_ts, b.o += at * b.o_ts;
+    b.T = n;
+    return b;
+}
+
+/* The non-causal forward: every block into the state, then every block's
+ * outputs from the final state, each block through the stage in turn (k
+ * and v for the first pass, q for the second, so each row is made once).
+ * The blocks are the same whether the stage copies or not, so the results
+ * do not depend on it. */
+static void run_noncausal(const la_kernels *kern, const la_head *h, const la_source *src,
+                          void *buf)
+{
+    const la_additive_ops *ops = kern->additive;
+    int64_t a;
+    for (int64_t t0 = 0; t0 < h->T; t0 += LA_NONCAUSAL_BLOCK) {
+        const int64_t n = chunk_rows(h->T, t0, LA_NONCAUSAL_BLOCK);
+        const la_head x = view_parts_of(kern->stage, h, src, t0, n, buf, &a, LA_STAGE_KV);
+        const la_head b = tokens_of(&x, a, n);
+        if (t0 + n < h->T && !la_stage_passthrough(src))
+            la_stage_prefetch(src, t0 + n, LA_NONCAUSAL_BLOCK, LA_STAGE_KV);
+        ops->noncausal_state(&b);
+    }
+    for (int64_t t0 = 0; t0 < h->T; t0 += LA_NONCAUSAL_BLOCK) {
+        const int64_t n = chunk_rows(h->T, t0, LA_NONCAUSAL_BLOCK);
+        const la_head x = view_parts_of(kern->stage, h, src, t0, n, buf, &a, LA_STAGE_Q);
+        const la_head b = tokens_of(&x, a, n);
+        if (t0 + n < h->T && !la_stage_passthrough(src))
+            la_stage_prefetch(src, t0 + n, LA_NONCAUSAL_BLOCK, LA_STAGE_Q);
+        ops->noncausal_output(&b);
+        la_stage_out(kern->stage, src, t0, n, &x, 0, h->dv);
+    }
+}
+
 static void run_chunks(const la_kernels *kern, const la_head *h, const la_source *src, float *u,
                        void *pack, void *buf)
 {
@@ -207,10 +257,7 @@ static void run_head(const head_job *j, int64_t i, int tid)
     if (!j->c->causal || j->chunked)
         fold_compensation(&h);
     if (!j->c->causal) {
-        int64_t a;
-        const la_head x = view_of(j->kern->stage, &h, &src, 0, h.T, buf, &a);
-        j->ops->forward_noncausal(&x);
-        la_stage_out(j->kern->stage, &src, 0, h.T, &x, 0, h.dv);
+        run_noncausal(j->kern, &h, &src, buf);
     } else if (j->chunked) {
         unsigned char *after = mine + j->w.zero + j->w.zc + j->w.stage;
         run_chunks(j->kern, &h, &src, (float *)after, after + j->w.chunk_state, buf);

@@ -115,12 +115,29 @@ void la_stage_reset(void *buf)
 void la_stage_in(const la_stage_ops *ops, const la_source *s, int64_t t0, int64_t n, void *buf,
                  la_head *h)
 {
+    la_stage_in_parts(ops, s, t0, n, buf, h, LA_STAGE_ALL);
+}
+
+void la_stage_in_parts(const la_stage_ops *ops, const la_source *s, int64_t t0, int64_t n,
+                       void *buf, la_head *h, unsigned parts)
+{
     const int64_t dk = s->dk, dv = s->dv;
     const stage_panels p = carve(s, n, buf);
     stage_memo *m = buf;
     h->T = n;
     h->gate = s->gate;
-    if (qk_panel(s)) {
+    if (qk_panel(s) && parts != LA_STAGE_ALL) { /* one of the two: no memo */
+        for (int64_t i = 0; i < n; i++)
+            if (parts & LA_STAGE_Q)
+                ops->features(s->dt.q, la_at(s->q, s->dt.q, (t0 + i) * s->q_ts), dk, s->phi,
+                              s->l2norm, p.q + i * dk);
+            else
+                ops->features(s->dt.k, la_at(s->k, s->dt.k, (t0 + i) * s->k_ts), dk, s->phi,
+                              s->l2norm, p.k + i * dk);
+        m->valid = 0;
+        h->q = p.q, h->k = p.k, h->q_ts = h->k_ts = dk;
+        h->phi = LINATTN_PHI_IDENTITY;
+    } else if (qk_panel(s)) {
         if (!(m->valid && m->q == s->q && m->k == s->k && m->t0 == t0 && m->n == n)) {
             for (int64_t i = 0; i < n; i++) {
                 ops->features(s->dt.q, la_at(s->q, s->dt.q, (t0 + i) * s->q_ts), dk, s->phi,
@@ -137,8 +154,10 @@ void la_stage_in(const la_stage_ops *ops, const la_source *s, int64_t t0, int64_
         h->k = (const float *)s->k + t0 * s->k_ts, h->k_ts = s->k_ts;
         h->phi = s->phi;
     }
+    /* q alone: v, g and beta get their views but not their panels */
+    const int kv = (parts & LA_STAGE_KV) != 0;
     if (s->dt.v != LINATTN_F32) {
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; i < n && kv; i++)
             ops->load(s->dt.v, la_at(s->v, s->dt.v, (t0 + i) * s->v_ts), dv, p.v + i * dv);
         h->v = p.v, h->v_ts = dv;
     } else {
@@ -149,12 +168,13 @@ void la_stage_in(const la_stage_ops *ops, const la_source *s, int64_t t0, int64_
     } else if (s->gate_act == LINATTN_GATE_ACT_NONE) {
         h->g = s->g + t0 * s->g_ts, h->g_ts = s->g_ts;
     } else if (s->gate == LA_GATE_TOKEN) {
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; i < n && kv; i++)
             p.g[i] = s->g[(t0 + i) * s->g_ts];
-        ops->gate(s->gate_act, p.g, s->dt_bias, 0, n, s->a_exp, s->lower_bound);
+        if (kv)
+            ops->gate(s->gate_act, p.g, s->dt_bias, 0, n, s->a_exp, s->lower_bound);
         h->g = p.g, h->g_ts = 1;
     } else {
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < n && kv; i++) {
             memcpy(p.g + i * dk, s->g + (t0 + i) * s->g_ts, (size_t)dk * sizeof(float));
             ops->gate(s->gate_act, p.g + i * dk, s->dt_bias, 1, dk, s->a_exp, s->lower_bound);
         }
@@ -165,9 +185,9 @@ void la_stage_in(const la_stage_ops *ops, const la_source *s, int64_t t0, int64_
     } else if (s->dt.beta == LINATTN_F32 && s->beta_act == LINATTN_BETA_ACT_NONE) {
         h->beta = (const float *)s->beta + t0 * s->beta_ts, h->beta_ts = s->beta_ts;
     } else {
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; i < n && kv; i++)
             ops->load(s->dt.beta, la_at(s->beta, s->dt.beta, (t0 + i) * s->beta_ts), 1, p.beta + i);
-        if (s->beta_act != LINATTN_BETA_ACT_NONE)
+        if (kv && s->beta_act != LINATTN_BETA_ACT_NONE)
             ops->beta(s->beta_act, p.beta, n);
         h->beta = p.beta, h->beta_ts = 1;
     }
@@ -175,6 +195,28 @@ void la_stage_in(const la_stage_ops *ops, const la_source *s, int64_t t0, int64_
         h->o = p.o, h->o_ts = dv;
     } else {
         h->o = (float *)s->o + t0 * s->o_ts, h->o_ts = s->o_ts;
+    }
+}
+
+static void prefetch_rows(const void *x, linattn_dtype t, int64_t ts, int64_t t0, int64_t n,
+                          int64_t d)
+{
+    const int64_t bytes = d * (int64_t)la_dtype_size(t);
+    for (int64_t i = 0; i < n; i++) {
+        const char *row = la_at(x, t, (t0 + i) * ts);
+        for (int64_t b = 0; b < bytes; b += 64)
+            __builtin_prefetch(row + b, 0, 2);
+    }
+}
+
+void la_stage_prefetch(const la_source *s, int64_t t0, int64_t n, unsigned parts)
+{
+    n = t0 + n > s->T ? s->T - t0 : n;
+    if (parts & LA_STAGE_Q)
+        prefetch_rows(s->q, s->dt.q, s->q_ts, t0, n, s->dk);
+    if (parts & LA_STAGE_KV) {
+        prefetch_rows(s->k, s->dt.k, s->k_ts, t0, n, s->dk);
+        prefetch_rows(s->v, s->dt.v, s->v_ts, t0, n, s->dv);
     }
 }
 

@@ -106,6 +106,17 @@ void la_stage_reset(void *buf);
  * kept). buf is la_stage_bytes(s, >= n) bytes. */
 void la_stage_in(const la_stage_ops *ops, const la_source *s, int64_t t0, int64_t n, void *buf,
                  la_head *h);
+/* The same for a pass that reads only some operands (LA_STAGE_*): the
+ * others' panels are not made and must not be read (the non-causal form
+ * reads k and v into the state, then q for the outputs). */
+enum { LA_STAGE_Q = 1, LA_STAGE_KV = 2, LA_STAGE_ALL = 3 }; /* KV: k, v, g, beta */
+void la_stage_in_parts(const la_stage_ops *ops, const la_source *s, int64_t t0, int64_t n,
+                       void *buf, la_head *h, unsigned parts);
+/* Asks for the caller's rows of those parts (q; k and v) of tokens
+ * [t0, t0 + n) into L2, where t0 < T: a pass that stages a block at a
+ * time and then computes on it fetches the next block meanwhile, as one
+ * stream through the arrays would have had them. */
+void la_stage_prefetch(const la_source *s, int64_t t0, int64_t n, unsigned parts);
 /* After the kernels wrote columns [j0, j0 + nj) of the view's o rows:
  * narrow them into the caller's o (nothing when o is float32). */
 void la_stage_out(const la_stage_ops *ops, const la_source *s, int64_t t0, int64_t n,

@@ -366,6 +366,7 @@ typedef struct {
     linattn_dtypes dt;
     int strided; /* [B][T][H][D] rows with padding, else [B][H][T][D] */
     int with_state, threads;
+    int noncausal; /* additive forward, gate NONE */
 } dcase;
 
 static const char *dcase_name(const dcase *c)
@@ -375,14 +376,14 @@ static const char *dcase_name(const dcase *c)
     snprintf(buf, sizeof buf,
              "%s %s algo=%d B=%lld H=%lld Hq=%lld(%s) T=%lld dk=%lld dv=%lld phi=%d l2=%d "
              "gate=%s act=%d bias=%d beta_act=%d q=%s k=%s v=%s beta=%s o=%s s=%s strided=%d "
-             "state=%d threads=%d",
+             "state=%d threads=%d noncausal=%d",
              c->delta ? "delta" : "additive", c->step ? "step" : "forward", (int)c->algo,
              (long long)c->B, (long long)c->H, (long long)c->Hq,
              c->map == LINATTN_HEADS_TILED ? "tiled" : "grouped", (long long)c->T,
              (long long)c->dk, (long long)c->dv, (int)c->phi, c->l2norm, gates[c->gate],
              (int)c->gact, c->bias_mode, (int)c->bact, dtype_name(c->dt.q), dtype_name(c->dt.k),
              dtype_name(c->dt.v), dtype_name(c->dt.beta), dtype_name(c->dt.o),
-             dtype_name(c->dt.s), c->strided, c->with_state, c->threads);
+             dtype_name(c->dt.s), c->strided, c->with_state, c->threads, c->noncausal);
     return buf;
 }
 
@@ -459,6 +460,7 @@ static void dcall_make(dcall *d, const dcase *c)
     linattn_config *cfg = &d->cfg;
     linattn_config_init(cfg, B, H, T, dk, dv);
     cfg->normalize = !c->delta;
+    cfg->causal = !c->noncausal;
     cfg->phi = c->phi;
     cfg->qk_l2norm = c->l2norm;
     cfg->algo = c->algo;
@@ -688,6 +690,33 @@ START_TEST(types_against_oracle)
                             c.l2norm = delta ? 1 : n % 2;
                             run_case(&c);
                         }
+}
+END_TEST
+
+/* The non-causal forward through the input stage, which makes its rows a
+ * block of 64 tokens at a time in two passes (state, then outputs): T
+ * below, at and across blocks, every input and output type, q/k L2
+ * normalisation, strided rows, with and without a state. */
+START_TEST(noncausal_types_against_oracle)
+{
+    static const int64_t Ts[] = {1, 63, 64, 65, 200};
+    static const int64_t dims[] = {1, 7, 16, 33, 64};
+    int n = 0;
+    for (size_t ti = 0; ti < 5; ti++)
+        for (int in = LINATTN_BF16; in <= LINATTN_F16; in++)
+            for (int ot = LINATTN_F32; ot <= LINATTN_F16; ot++, n++) {
+                dcase c = dcase_default(0, 2, 2, Ts[ti], dims[n % 5], dims[(2 * n + 1) % 5]);
+                c.noncausal = 1;
+                c.dt = (linattn_dtypes){.q = (linattn_dtype)in,
+                                        .k = (linattn_dtype)(n % 3 ? in : 0),
+                                        .v = (linattn_dtype)(n % 4 ? in : 0),
+                                        .o = (linattn_dtype)ot};
+                c.with_state = n % 2;
+                c.strided = n % 3 == 1;
+                c.l2norm = n % 4 == 2;
+                c.threads = n % 5 == 3 ? 3 : 1;
+                run_case(&c);
+            }
 }
 END_TEST
 
@@ -1008,6 +1037,7 @@ static Suite *dtypes_suite(const la_table *t)
     tcase_add_checked_fixture(calls, use_table, NULL);
     tcase_set_timeout(calls, 600);
     tcase_add_test(calls, types_against_oracle);
+    tcase_add_test(calls, noncausal_types_against_oracle);
     tcase_add_test(calls, activations_against_oracle);
     tcase_add_test(calls, grouped_heads_and_sizes);
     tcase_add_test(calls, threads_bitwise);

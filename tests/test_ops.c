@@ -189,7 +189,8 @@ static la_head head_of(const add_case *c, float *o, float *s, float *z)
 
 enum { OP_OUTPUT, OP_STATE, OP_COMBINE, OP_TOKEN, OP_NONCAUSAL, N_ADD_OPS };
 static const char *const add_op_names[] = {"chunk_pack+chunk_output", "chunk_pack+chunk_state",
-                                           "state_combine", "token", "forward_noncausal"};
+                                           "state_combine", "token",
+                                           "noncausal_state+noncausal_output"};
 
 /* One table's buffers for one shape, allocated once and refilled for
  * every gate, phi and normaliser (mapping them per call costs more than
@@ -200,7 +201,7 @@ typedef struct {
     size_t pack_bytes;
     float *o, *u, *uz, *s, *z, *u_in, *uz_in; /* chunk ops */
     float *ot, *st, *zt, *zc;                /* token */
-    float *on, *sn, *zn;                     /* forward_noncausal */
+    float *on, *sn, *zn;                     /* the non-causal passes */
 } add_bufs;
 
 static void add_bufs_make(add_bufs *b, const la_additive_ops *ops, const add_case *c)
@@ -266,13 +267,28 @@ static void run_additive(const la_additive_ops *ops, const add_case *c, add_bufs
         ops->token(&h, c->q + t * c->q_ts, c->k + t * c->k_ts, c->v + t * c->v_ts,
                    c->gate == LA_GATE_NONE ? NULL : c->g + t * c->g_ts, b->ot + t * c->o_ts);
 
-    /* forward_noncausal: gate NONE, all T tokens */
+    /* the non-causal passes: gate NONE, all T tokens in one block, or in
+     * blocks of 2, 7 and the rest (sums regrouped where a table blocks its
+     * tokens: compared with the scalar table within the tolerance) */
     if (c->gate == LA_GATE_NONE) {
         fill(b->on, no, UNTOUCHED);
         memcpy(b->sn, c->s0, ns * sizeof(float));
         memcpy(b->zn, c->z0, nz * sizeof(float));
         h = head_of(c, b->on, b->sn, b->zn);
-        ops->forward_noncausal(&h);
+        if (T % 3 == 0) {
+            ops->noncausal_state(&h);
+            ops->noncausal_output(&h);
+        } else {
+            const int64_t cut[] = {0, T < 2 ? T : 2, T < 9 ? T : 9, T};
+            for (int pass = 0; pass < 2; pass++)
+                for (int i = 0; i < 3; i++) {
+                    la_head b = h;
+                    b.q += cut[i] * b.q_ts, b.k += cut[i] * b.k_ts, b.v += cut[i] * b.v_ts;
+                    b.o += cut[i] * b.o_ts, b.T = cut[i + 1] - cut[i];
+                    if (b.T > 0)
+                        (pass ? ops->noncausal_output : ops->noncausal_state)(&b);
+                }
+        }
     }
 }
 

@@ -37,7 +37,7 @@ enum {
     NR = 16,  /* columns of the register tile (two ymm) */
     PR = 64,  /* chunk panel: rows, and columns of a score strip, on the stack */
     QB = 256, /* channels of a stack-buffered q block */
-    TB = 64,  /* tokens of a stack-buffered k block (noncausal) */
+    TB = 64,  /* tokens of a stack-buffered k block (noncausal_state) */
     CB = 32   /* channels whose phi/decay the step computes at once */
 };
 
@@ -797,13 +797,17 @@ static void token_avx2(const la_head *h, const float *q, const float *k, const f
 
 /* ---- non-causal -------------------------------------------------------- */
 
-static void forward_noncausal_avx2(const la_head *h)
+/* The driver's blocks keep the sums of one call over the whole head (the
+ * z sums of TB blocks aside, added per block). */
+_Static_assert(LA_NONCAUSAL_BLOCK % TB == 0 && LA_NONCAUSAL_BLOCK % MR4 == 0,
+               "non-causal blocks of whole TB and MR4 blocks");
+
+/* S += Kh^T V in blocks of 8 channels x TB tokens, phi(k) buffered. */
+static void noncausal_state_avx2(const la_head *h)
 {
     const int64_t dk = h->dk, dv = h->dv, T = h->T;
     const __m256i all = _mm256_set1_epi32(-1);
     float *s = h->s, *z = h->z;
-
-    /* S += Kh^T V in blocks of 8 channels x TB tokens, phi(k) buffered. */
     float kb[TB][8] __attribute__((aligned(32)));
     for (int64_t c0 = 0; c0 < dk; c0 += 8) {
         const int64_t cw = dk - c0 < 8 ? dk - c0 : 8;
@@ -843,9 +847,15 @@ static void forward_noncausal_avx2(const la_head *h)
         if (z)
             store8(z + c0, _mm256_add_ps(load8(z + c0, cw), zacc), cw);
     }
+}
 
-    /* O = Qh S / (Qh z + eps), 4 query rows at a time, phi(q) buffered per
-     * QB channels (one block for dk <= QB, so o stays in registers). */
+/* O = Qh S / (Qh z + eps), 4 query rows at a time, phi(q) buffered per QB
+ * channels (one block for dk <= QB, so o stays in registers). */
+static void noncausal_output_avx2(const la_head *h)
+{
+    const int64_t dk = h->dk, dv = h->dv, T = h->T;
+    const __m256i all = _mm256_set1_epi32(-1);
+    const float *s = h->s, *z = h->z;
     float qb[MR4][QB] __attribute__((aligned(32)));
     const float *qrow[MR4] = {qb[0], qb[1], qb[2], qb[3]};
     const __m256 scale = _mm256_set1_ps(h->scale);
@@ -921,7 +931,8 @@ static const la_additive_ops additive_avx2 = {
     .pack = additive_pack,
     .unpack = additive_unpack,
     .token = token_avx2,
-    .forward_noncausal = forward_noncausal_avx2,
+    .noncausal_state = noncausal_state_avx2,
+    .noncausal_output = noncausal_output_avx2,
 };
 
 extern const la_delta_ops la_delta_avx2;

@@ -18,8 +18,8 @@ enum {
     NR = 32,  /* columns of a GEMM tile */
     BLK = 16, /* rows and columns of a tile of A = Qh Kh^T (GLA sub-block) */
     AJ = 256, /* columns of A kept at once (longer chunks run in slabs) */
-    CS = 64,  /* channels per packed block of forward_noncausal */
-    TB = 64,  /* tokens per packed block of forward_noncausal */
+    CS = 64,  /* channels per packed block of the non-causal passes */
+    TB = 64,  /* tokens per packed block of the non-causal passes */
     SG = 256, /* channels whose features one token computes at once */
 };
 
@@ -845,12 +845,14 @@ static void pack_block(const la_head *h, const float *x, int64_t xts, float scal
         }
 }
 
-static void forward_noncausal_avx512(const la_head *h)
+/* The driver's blocks keep the sums of one call over the whole head. */
+_Static_assert(LA_NONCAUSAL_BLOCK % TB == 0, "non-causal blocks of whole TB blocks");
+
+/* S += Kh^T V, z += column sums of Kh, in blocks of TB tokens x CS channels. */
+static void noncausal_state_avx512(const la_head *h)
 {
     const int64_t dk = h->dk, dv = h->dv;
     _Alignas(64) float blk[TB * CS];
-    float inv[TB];
-    /* S += Kh^T V, z += column sums of Kh, in blocks of TB tokens x CS channels. */
     for (int64_t t0 = 0; t0 < h->T; t0 += TB) {
         const int64_t tn = min64(TB, h->T - t0);
         for (int64_t c0 = 0; c0 < dk; c0 += CS) {
@@ -872,7 +874,14 @@ static void forward_noncausal_avx512(const la_head *h)
                 }
         }
     }
-    /* O = Qh S (/ Qh z + eps), accumulated over channel blocks. */
+}
+
+/* O = Qh S (/ Qh z + eps), accumulated over channel blocks. */
+static void noncausal_output_avx512(const la_head *h)
+{
+    const int64_t dk = h->dk, dv = h->dv;
+    _Alignas(64) float blk[TB * CS];
+    float inv[TB];
     for (int64_t t0 = 0; t0 < h->T; t0 += TB) {
         const int64_t tn = min64(TB, h->T - t0);
         if (h->z)
@@ -925,7 +934,8 @@ static const la_additive_ops additive_avx512 = {
     .pack = additive_pack,
     .unpack = additive_unpack,
     .token = token_avx512,
-    .forward_noncausal = forward_noncausal_avx512,
+    .noncausal_state = noncausal_state_avx512,
+    .noncausal_output = noncausal_output_avx512,
 };
 
 extern const la_delta_ops LA_DELTA_OPS;

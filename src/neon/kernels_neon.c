@@ -480,6 +480,9 @@ static void token_neon(const la_head *h, const float *q, const float *k, const f
  * S += Kh^T V through the tile, rows = channels; then O = Qh S by blocks of
  * 4 queries, rows = tokens. */
 enum { TB = 16 };
+/* The driver's blocks keep the sums of one call over the whole head. */
+_Static_assert(LA_NONCAUSAL_BLOCK % TB == 0 && LA_NONCAUSAL_BLOCK % 4 == 0,
+               "non-causal blocks of whole TB blocks and query groups");
 
 INLINE void kv_block(const la_head *h, const float *kb, int64_t t0, int64_t nt, int64_t c,
                      int64_t rows, int64_t d, int64_t w)
@@ -506,11 +509,10 @@ INLINE void qs_block(const la_head *h, const float *qb, int64_t t0, int64_t rows
     tile_store(acc, o, h->o_ts, rows, w);
 }
 
-static void forward_noncausal_neon(const la_head *h)
+static void noncausal_state_neon(const la_head *h)
 {
     const int64_t T = h->T, dk = h->dk, dv = h->dv;
-    float kb[TB * CB], qb[CB * 4];
-
+    float kb[TB * CB];
     for (int64_t t0 = 0; t0 < T; t0 += TB) {
         const int64_t nt = min64(TB, T - t0);
         for (int64_t c0 = 0; c0 < dk; c0 += CB) {
@@ -537,7 +539,12 @@ static void forward_noncausal_neon(const la_head *h)
             }
         }
     }
+}
 
+static void noncausal_output_neon(const la_head *h)
+{
+    const int64_t T = h->T, dk = h->dk, dv = h->dv;
+    float qb[CB * 4];
     for (int64_t t0 = 0; t0 < T; t0 += 4) {
         const int64_t rows = min64(4, T - t0);
         float32x4_t den = vdupq_n_f32(0.0f);
@@ -587,7 +594,8 @@ static const la_additive_ops additive_neon = {
     .pack = additive_pack,
     .unpack = additive_unpack,
     .token = token_neon,
-    .forward_noncausal = forward_noncausal_neon,
+    .noncausal_state = noncausal_state_neon,
+    .noncausal_output = noncausal_output_neon,
 };
 
 extern const la_delta_ops la_delta_neon;

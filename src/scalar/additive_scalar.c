@@ -211,7 +211,7 @@ static void token_scalar(const la_head *h, const float *q, const float *k, const
     }
 }
 
-static void forward_noncausal_scalar(const la_head *h)
+static void noncausal_state_scalar(const la_head *h)
 {
     const int64_t dk = h->dk, dv = h->dv;
     for (int64_t t = 0; t < h->T; t++) {
@@ -224,6 +224,11 @@ static void forward_noncausal_scalar(const la_head *h)
                 h->z[c] += kh;
         }
     }
+}
+
+static void noncausal_output_scalar(const la_head *h)
+{
+    const int64_t dk = h->dk, dv = h->dv;
     for (int64_t t = 0; t < h->T; t++) {
         const float *q = h->q + t * h->q_ts;
         float *o = h->o + t * h->o_ts;
@@ -262,5 +267,6 @@ const la_additive_ops la_additive_scalar = {
     .pack = additive_pack,
     .unpack = additive_unpack,
     .token = token_scalar,
-    .forward_noncausal = forward_noncausal_scalar,
+    .noncausal_state = noncausal_state_scalar,
+    .noncausal_output = noncausal_output_scalar,
 };

@@ -92,23 +92,10 @@ void linattn_config_init_step(linattn_config *cfg, int64_t batch, int64_t heads,
 
 /* ---- compute entry points ---------------------------------------------- */
 
-static const la_kernels *active_or_fail(void)
-{
-    const la_kernels *kern = la_active_kernels();
-    if (kern == NULL) {
-        const char *env = getenv("LINATTN_ISA");
-        la_fail(LINATTN_E_ISA,
-                "LINATTN_ISA=%s names no instruction set this CPU and build can run; "
-                "call linattn_set_isa() to choose one",
-                env ? env : "");
-    }
-    return kern;
-}
-
 static linattn_status run_ops(la_family family, int step, const linattn_config *cfg,
                               const linattn_operands *ops)
 {
-    const la_kernels *kern = active_or_fail();
+    const la_kernels *kern = la_active_kernels_or_fail();
     if (kern == NULL)
         return LINATTN_E_ISA;
     la_call c;
@@ -128,6 +115,8 @@ static linattn_status run(la_family family, int step, const linattn_config *cfg,
                           const float *q, const float *k, const float *v, const float *g,
                           const float *beta, float *o, float *s, float *z)
 {
+    if (la_active_kernels_or_fail() == NULL) /* first, as in every compute call */
+        return LINATTN_E_ISA;
     if (cfg && cfg->struct_size == sizeof *cfg) {
         const linattn_dtypes d = cfg->dtype;
         if (d.q || d.k || d.v || d.beta || d.o || d.s || cfg->gate_act || cfg->beta_act)
@@ -182,6 +171,8 @@ void linattn_operands_init(linattn_operands *ops)
  * above; a pool or cu_seqlens goes through the plan machinery (plan.c). */
 linattn_status linattn_run(linattn_op op, const linattn_config *cfg, const linattn_operands *ops)
 {
+    if (la_active_kernels_or_fail() == NULL) /* before even a NULL argument */
+        return LINATTN_E_ISA;
     la_run_arg_copy copy;
     linattn_status st = la_run_args(cfg, ops, &copy, &cfg, &ops);
     if (st == LINATTN_OK)

@@ -431,10 +431,9 @@ static linattn_status plan_make(linattn_plan **out, linattn_op op, const linattn
                                 const linattn_operands *ops)
 {
     *out = NULL;
-    const la_kernels *kern = la_active_kernels();
+    const la_kernels *kern = la_active_kernels_or_fail();
     if (kern == NULL)
-        return la_fail(LINATTN_E_ISA, "LINATTN_ISA names no instruction set this CPU and build "
-                                      "can run; call linattn_set_isa() to choose one");
+        return LINATTN_E_ISA;
     la_run_arg_copy copy;
     linattn_status st = la_run_args(cfg, ops, &copy, &cfg, &ops);
     if (st != LINATTN_OK)

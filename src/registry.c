@@ -120,6 +120,19 @@ const la_kernels *la_active_kernels(void)
     return active;
 }
 
+const la_kernels *la_active_kernels_or_fail(void)
+{
+    const la_kernels *kern = la_active_kernels();
+    if (kern == NULL) {
+        const char *env = getenv("LINATTN_ISA");
+        la_fail(LINATTN_E_ISA,
+                "LINATTN_ISA=%s names no instruction set this CPU and build can run; "
+                "call linattn_set_isa() to choose one",
+                env ? env : "");
+    }
+    return kern;
+}
+
 const la_table *const *la_all_tables(int *count)
 {
     pthread_once(&once, init);

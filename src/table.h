@@ -57,6 +57,9 @@ uint32_t la_cpu_features(void);
 /* registry.c */
 /* The resolved table compute calls use, or NULL while a forced ISA cannot run. */
 const la_kernels *la_active_kernels(void);
+/* The same, naming LINATTN_ISA in linattn_last_error when it is NULL: every
+ * compute entry point asks this first, before looking at its arguments. */
+const la_kernels *la_active_kernels_or_fail(void);
 /* Every table of this build (test-only ones included), scalar first. */
 const la_table *const *la_all_tables(int *count);
 int la_table_runnable(const la_table *t);

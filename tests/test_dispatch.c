@@ -60,6 +60,20 @@ START_TEST(env_choice)
     if (strcmp(want, "isa-error") == 0) {
         ck_assert_int_eq(tiny_forward(), LINATTN_E_ISA);
         ck_assert_int_eq(tiny_forward(), LINATTN_E_ISA); /* stays an error */
+        /* before any argument is looked at, in every compute entry point */
+        float x = 0;
+        ck_assert_int_eq(linattn_forward(NULL, &x, &x, &x, NULL, &x, NULL, NULL), LINATTN_E_ISA);
+        ck_assert_ptr_nonnull(strstr(linattn_last_error(), "LINATTN_ISA="));
+        linattn_config cfg;
+        linattn_config_init_step(&cfg, 1, 1, 2, 2);
+        cfg.dtype.q = LINATTN_BF16; /* refused by the float32 calls, after the table */
+        ck_assert_int_eq(linattn_delta_step(&cfg, &x, &x, &x, NULL, &x, &x, &x), LINATTN_E_ISA);
+        ck_assert_int_eq(linattn_run(LINATTN_OP_DELTA_STEP, NULL, NULL), LINATTN_E_ISA);
+        ck_assert_ptr_nonnull(strstr(linattn_last_error(), "LINATTN_ISA="));
+        linattn_plan *plan = NULL;
+        ck_assert_int_eq(linattn_plan_create(&plan, LINATTN_OP_STEP, NULL, NULL), LINATTN_E_ISA);
+        ck_assert_ptr_null(plan);
+        ck_assert_ptr_nonnull(strstr(linattn_last_error(), "LINATTN_ISA="));
         ck_assert_int_eq(linattn_set_isa(LINATTN_ISA_AUTO), LINATTN_OK);
         ck_assert_int_eq(tiny_forward(), LINATTN_OK);
         return;

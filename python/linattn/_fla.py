@@ -314,11 +314,14 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
                          output_final_state, cu_seqlens, normalize, state_v_first, qk_l2norm,
                          chunk, algo, ssm_state_indices, num_accepted_tokens,
                          inplace_final_state, act)
+    if reverse and cu_seqlens is not None:
+        return _run_reversed_packed(kind, q, k, v, g, gate, beta, scale, initial_state,
+                                    output_final_state, cu_seqlens, normalize, state_v_first,
+                                    qk_l2norm, chunk, algo, act)
     _check_grad(q, k, v, g, beta)
     torch_out = _torch_of(q) is not None
     B, T, K, H, V, scale = _bthd_shape(q, v, scale)
-    segs = _segments(cu_seqlens, B, T)
-    N = B if segs is None else len(segs)
+    N = B
 
     z_init = None
     if isinstance(initial_state, tuple):
@@ -343,29 +346,14 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
             z = np.array(z0.reshape(N, H, K), np.float32, order='C')
 
     o = _out(q, v)  # [B, T, H, V], as v
-    timed = gate in ('token', 'channel')  # g has a token axis to cut and flip
-
-    def call(sl, n):
-        qs, ks, vs, os_ = q[:, sl], k[:, sl], v[:, sl], o[:, sl]
-        gs = g[:, sl] if timed else g
-        bs = beta[:, sl] if beta is not None else None
-        if reverse:
-            qs, ks, vs, bs = _flip(qs), _flip(ks), _flip(vs), _flip(bs)
-            gs = _flip(gs) if timed else gs
-            os_ = _out(q, o, tuple(vs.shape[:3]) + (o.shape[3],))
-        _call(kind, _BTHD, qs, ks, vs, gs, bs, os_,
-              None if s is None else s[n], None if z is None else z[n],
-              gate, 'identity', algo, True, normalize, 1e-10, float(scale), chunk, 0,
-              'grouped', qk_l2norm, False, *act)
-        if reverse:
-            o[:, sl] = _flip(os_)
-
-    if segs is None:
-        call(slice(None), slice(None))
-    else:
-        for n, (bos, eos) in enumerate(segs):
-            if eos > bos:  # an empty sequence passes its state through
-                call(slice(bos, eos), slice(n, n + 1))
+    if reverse:  # the tokens backwards: copies, as the C API takes no negative strides
+        timed = gate in ('token', 'channel')  # g has a token axis to flip
+        q, k, v, beta = _flip(q), _flip(k), _flip(v), _flip(beta)
+        g = _flip(g) if timed else g
+    _call(kind, _BTHD, q, k, v, g, beta, o, s, z, gate, 'identity', algo, True, normalize,
+          1e-10, float(scale), chunk, 0, 'grouped', qk_l2norm, False, *act)
+    if reverse:
+        o = _flip(o)
 
     final = None
     if output_final_state:
@@ -373,6 +361,36 @@ def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_stat
         if normalize:
             final = (final, wrap(z.reshape(N, 1, H, K), torch_out))
     return o, final
+
+
+def _first_axis_reversed(x):
+    """x with its first axis reversed (a copy)."""
+    torch = _torch_of(x)
+    return torch.flip(x, [0]) if torch else np.ascontiguousarray(x[::-1])
+
+
+def _run_reversed_packed(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_state,
+                         cu_seqlens, normalize, state_v_first, qk_l2norm, chunk, algo, act):
+    """reverse=True on packed sequences in one C call: the token axis
+    reversed holds every sequence reversed, in reverse order, at offsets
+    T - cu_seqlens read backwards, so the states go in (and come out) in
+    reverse order too."""
+    B, T = q.shape[:2]
+    segs = _segments(cu_seqlens, B, T)
+    cu = np.array([0] + [end for _, end in segs], np.int64)
+    mirrored = np.ascontiguousarray(T - cu[::-1])
+    timed = gate in ('token', 'channel')  # g has a token axis to flip
+    init = initial_state
+    if init is not None:
+        init = (tuple(_first_axis_reversed(x) for x in init) if isinstance(init, tuple)
+                else _first_axis_reversed(init))
+    o, final = _run_pool(kind, _flip(q), _flip(k), _flip(v), _flip(g) if timed else g, gate,
+                         _flip(beta), scale, init, output_final_state, mirrored, normalize,
+                         state_v_first, qk_l2norm, chunk, algo, None, None, False, act)
+    if final is not None:
+        final = (tuple(_first_axis_reversed(x) for x in final) if isinstance(final, tuple)
+                 else _first_axis_reversed(final))
+    return _flip(o), final
 
 
 def _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state):

@@ -612,6 +612,8 @@ CU_CASES = [
     ('chunk_linear_attn', {'normalize': False}),
     ('chunk_linear_attn', {'normalize': True}),
     ('fused_recurrent_linear_attn', {'reverse': True}),
+    ('fused_recurrent_linear_attn', {'reverse': True, 'normalize': True}),
+    ('fused_recurrent_simple_gla', {'g': 'token', 'reverse': True}),
     ('chunk_simple_gla', {'g': 'token'}),
     ('chunk_gla', {'g': 'channel'}),
     ('fused_recurrent_gla', {'gk': 'channel', 'reverse': True}),
@@ -624,7 +626,7 @@ CU_CASES = [
 
 @pytest.mark.parametrize('fn,opts', CU_CASES, ids=[f'{f}-{i}' for i, (f, _) in enumerate(CU_CASES)])
 def test_cu_seqlens_matches_one_call_per_sequence(fn, opts):
-    lens = [5, 1, 12, 7]
+    lens = [5, 1, 12, 0, 7]
     cu = np.cumsum([0] + lens)
     T, N = cu[-1], len(lens)
     q, k, v = f32(1, T, H, K, lo=0.1), f32(1, T, H, K, lo=0.1), f32(1, T, H, V)
@@ -643,6 +645,10 @@ def test_cu_seqlens_matches_one_call_per_sequence(fn, opts):
     o, st = f(*args, initial_state=init, output_final_state=True, cu_seqlens=cu, **kw)
     for n in range(N):
         sl = slice(cu[n], cu[n + 1])
+        if lens[n] == 0:  # an empty sequence passes its state through
+            np.testing.assert_array_equal(st[0][n] if normalize else st[n],
+                                          s0[n])
+            continue
         kwn = {a: (b[:, sl] if isinstance(b, np.ndarray) else b) for a, b in kw.items()}
         initn = (s0[n:n + 1], z0[n:n + 1]) if normalize else s0[n:n + 1]
         on, stn = f(q[:, sl], k[:, sl], v[:, sl], initial_state=initn, output_final_state=True,
@@ -653,6 +659,22 @@ def test_cu_seqlens_matches_one_call_per_sequence(fn, opts):
             close(st[1][n:n + 1], stn[1], tol=1e-5)
         else:
             close(st[n:n + 1], stn, tol=1e-5)
+
+
+@pytest.mark.parametrize('fn', ['fused_recurrent_linear_attn', 'chunk_simple_gla',
+                                'fused_recurrent_simple_gla'])
+def test_cu_seqlens_is_one_c_call(fn, monkeypatch):
+    """Packed sequences go to the library in one call, reverse=True too
+    (the token axis reversed is the sequences reversed, in reverse order)."""
+    from linattn import _fla
+    calls = []
+    run_pool = _fla._ext.run_pool
+    monkeypatch.setattr(_fla._ext, 'run_pool', lambda *a: calls.append(1) or run_pool(*a))
+    monkeypatch.setattr(_fla, '_call', lambda *a: pytest.fail('a call per sequence'))
+    q, k, v = f32(1, 9, H, K, lo=0.1), f32(1, 9, H, K, lo=0.1), f32(1, 9, H, V)
+    kw = {'reverse': True} if 'fused' in fn else {}
+    getattr(linattn, fn)(q, k, v, cu_seqlens=[0, 4, 4, 9], output_final_state=True, **kw)
+    assert len(calls) == 1
 
 
 def test_cu_seqlens_as_list_and_torch_style_errors():

@@ -123,7 +123,9 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
                      .pack_tile = st.packed ? pack_tile(kern) : 0,
                      .s_next = c->T == 1 ? st.next : NULL, /* fetched by a step alone */
                      .step_columns = kern->delta_tuning->delta_step_columns,
-                     .step_fuse = kern->delta_tuning->delta_step_fuse, .scale = c->scale,
+                     .step_fuse = kern->delta_tuning->delta_step_fuse,
+                     .vfirst_read_ahead = kern->delta_tuning->delta_vfirst_read_ahead,
+                     .scale = c->scale,
                      .chunk = a->chunk, .pair_tokens = pairs};
         la_stage_in(kern->stage, src, t0, n, stage_buf, &h);
         if (s_vld)

@@ -863,7 +863,8 @@ LA_INLINE void delta_vfirst_rows(const la_head *h, const void *from, void *s, in
 }
 
 /* Bytes of state the read-only pass of a one-token block covers before its
- * update pass: a whole head at dk = dv = 128 (64 KiB of floats), whose
+ * update pass, unless the tuning entry says (h->vfirst_read_ahead; Zen 4:
+ * docs/kernels.md): a whole head at dk = dv = 128 (64 KiB of floats), whose
  * update pass then runs from L2, as the K-first step's sweep does. A
  * V-first decode step (serve-bench pool_decode, Xeon model 207, ratio to
  * the contiguous K-first step, interleaved runs): groups one at a time
@@ -932,7 +933,9 @@ LA_INLINE void delta_vfirst_gate(const la_head *h, const void *from, void *s, in
     int64_t j = j0;
     if (n == 1) {
         const int64_t row_bytes = h->dk * (bf16 ? 2 : 4);
-        int64_t per = VFIRST_READ_AHEAD_BYTES / (VFIRST_ROWS * row_bytes);
+        const int64_t ahead = h->vfirst_read_ahead > 0 ? h->vfirst_read_ahead
+                                                       : VFIRST_READ_AHEAD_BYTES;
+        int64_t per = ahead / (VFIRST_ROWS * row_bytes);
         per = per < 1 ? 1 : per > VFIRST_MAX_GROUPS ? VFIRST_MAX_GROUPS : per;
         while (j + VFIRST_ROWS <= j0 + nj) {
             const int64_t left = (j0 + nj - j) / VFIRST_ROWS, ng = left < per ? left : per;

@@ -64,6 +64,9 @@ typedef struct la_head {
      * table's tile) */
     int64_t step_columns;
     int step_fuse; /* la_tuning.delta_step_fuse */
+    /* delta recurrent_vfirst, one-token calls: la_tuning's
+     * delta_vfirst_read_ahead (0: VFIRST_READ_AHEAD_BYTES) */
+    int64_t vfirst_read_ahead;
     /* delta recurrent only, float K-first state: tokens go through the
      * tile two at a time (la_tuning.delta_pair_from_T) */
     int pair_tokens;

@@ -60,6 +60,12 @@ typedef struct la_tuning {
      * next tile's rows. The sums are the same operations in the same
      * order: the same bits either way. */
     int delta_step_fuse;
+    /* Bytes of a V-first state (bfloat16 or float) whose dot products a
+     * one-token call reads before it updates those rows (delta_kernels.h,
+     * delta_vfirst_token); 0: the table's 64 KiB. Less keeps fewer lines
+     * in flight, more waits longer before the rows are rewritten. The
+     * results are the same bits for any value. */
+    int64_t delta_vfirst_read_ahead;
     /* The delta recurrent forward on a float K-first state (packed or not)
      * runs its tokens two at a time in sequences of at least
      * delta_pair_from_T[gate] tokens (delta_kernels.h, delta_pair_terms:

@@ -1273,6 +1273,85 @@ START_TEST(step_tiles_same_bits)
 }
 END_TEST
 
+/* A V-first pool's decode step reads a stretch of rows for their dot
+ * products before it updates them (la_tuning.delta_vfirst_read_ahead):
+ * every stretch, from one group of rows to the whole head, gives the same
+ * bits, float and bfloat16 pools, 1 and 3 threads, dv leaving a partial
+ * group, two tokens in a row (the second reads what the first wrote). */
+START_TEST(vfirst_read_ahead_same_bits)
+{
+    enum { B = 3, H = 2 };
+    const int64_t dk = 40, dv = 37, head = dv * dk, elems = B * H * head, tok = B * H;
+    static const int64_t aheads[] = {0, 1, 700, 16 << 10, 1 << 20};
+    const la_tuning entry = *la_active_kernels()->delta_tuning;
+    la_tuning tune = entry;
+    for (int bf16 = 0; bf16 <= 1; bf16++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            const size_t es = bf16 ? 2 : 4;
+            float *q = malloc(2 * (size_t)(tok * dk) * sizeof(float));
+            float *k = malloc(2 * (size_t)(tok * dk) * sizeof(float));
+            float *v = malloc(2 * (size_t)(tok * dv) * sizeof(float));
+            float *g = malloc(2 * (size_t)tok * sizeof(float));
+            float *beta = malloc(2 * (size_t)tok * sizeof(float));
+            float *o = malloc(2 * (size_t)(tok * dv) * sizeof(float));
+            float *o1 = malloc(2 * (size_t)(tok * dv) * sizeof(float));
+            unsigned char *pool0 = malloc((size_t)elems * es), *pool = malloc((size_t)elems * es);
+            unsigned char *pool1 = malloc((size_t)elems * es);
+            ck_assert(q && k && v && g && beta && o && o1 && pool0 && pool && pool1);
+            for (int64_t e = 0; e < 2 * tok * dk; e++)
+                q[e] = rand_uniform(-1, 1), k[e] = rand_uniform(-1, 1);
+            for (int64_t e = 0; e < 2 * tok * dv; e++)
+                v[e] = rand_uniform(-0.3f, 5);
+            for (int64_t e = 0; e < 2 * tok; e++)
+                g[e] = rand_uniform(-2, 0), beta[e] = rand_uniform(0, 1);
+            for (int64_t e = 0; e < elems; e++) {
+                const float x = rand_uniform(-0.3f, 0.3f);
+                uint32_t u;
+                memcpy(&u, &x, sizeof u);
+                if (bf16)
+                    ((uint16_t *)pool0)[e] = (uint16_t)(u >> 16);
+                else
+                    ((float *)pool0)[e] = x;
+            }
+            for (size_t a = 0; a < sizeof aheads / sizeof aheads[0]; a++) {
+                tune.delta_vfirst_read_ahead = aheads[a];
+                la_force_table_tuning(table, NULL, &tune);
+                memcpy(pool, pool0, (size_t)elems * es);
+                for (int t = 0; t < 2; t++) {
+                    linattn_config cfg;
+                    linattn_config_init_step(&cfg, B, H, dk, dv);
+                    linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+                    cfg.normalize = 0, cfg.qk_l2norm = 1, cfg.num_threads = threads;
+                    cfg.dtype.s = bf16 ? LINATTN_BF16 : LINATTN_F32;
+                    linattn_state_pool sp = {.slots = B, .slot = H * head, .head = head,
+                                             .row = 1, .col = dk};
+                    linattn_operands ops;
+                    linattn_operands_init(&ops);
+                    ops.q = q + t * tok * dk, ops.k = k + t * tok * dk, ops.v = v + t * tok * dv;
+                    ops.g = g + t * tok, ops.beta = beta + t * tok, ops.o = o + t * tok * dv;
+                    ops.s = pool, ops.pool = &sp;
+                    ck_assert_msg(linattn_run(LINATTN_OP_DELTA_STEP, &cfg, &ops) == LINATTN_OK,
+                                  "%s", linattn_last_error());
+                }
+                if (a == 0) {
+                    memcpy(o1, o, 2 * (size_t)(tok * dv) * sizeof(float));
+                    memcpy(pool1, pool, (size_t)elems * es);
+                    continue;
+                }
+                ck_assert_msg(memcmp(o1, o, 2 * (size_t)(tok * dv) * sizeof(float)) == 0 &&
+                                  memcmp(pool1, pool, (size_t)elems * es) == 0,
+                              "table %s, %s V-first pool, %d threads: a read-ahead of %lld bytes "
+                              "gives other bits than the table's",
+                              table->name, bf16 ? "bfloat16" : "float", threads,
+                              (long long)aheads[a]);
+            }
+            free(q), free(k), free(v), free(g), free(beta), free(o), free(o1);
+            free(pool0), free(pool), free(pool1);
+        }
+    la_force_table(table);
+}
+END_TEST
+
 /* ---- bad input: a status, nothing written, a message naming the field ------ */
 
 typedef struct {
@@ -1457,6 +1536,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, packed_state_same_bits);
     tcase_add_test(oracle, packed_pool_same_bits);
     tcase_add_test(oracle, step_tiles_same_bits);
+    tcase_add_test(oracle, vfirst_read_ahead_same_bits);
     tcase_add_test(oracle, pair_sweeps_match_oracle);
     tcase_add_test(oracle, pair_range_by_length);
     tcase_add_test(oracle, pair_sweeps_large_v);

@@ -282,11 +282,12 @@ static void run_additive(const la_additive_ops *ops, const add_case *c, add_bufs
             const int64_t cut[] = {0, T < 2 ? T : 2, T < 9 ? T : 9, T};
             for (int pass = 0; pass < 2; pass++)
                 for (int i = 0; i < 3; i++) {
-                    la_head b = h;
-                    b.q += cut[i] * b.q_ts, b.k += cut[i] * b.k_ts, b.v += cut[i] * b.v_ts;
-                    b.o += cut[i] * b.o_ts, b.T = cut[i + 1] - cut[i];
-                    if (b.T > 0)
-                        (pass ? ops->noncausal_output : ops->noncausal_state)(&b);
+                    la_head blk = h;
+                    blk.q += cut[i] * blk.q_ts, blk.k += cut[i] * blk.k_ts;
+                    blk.v += cut[i] * blk.v_ts, blk.o += cut[i] * blk.o_ts;
+                    blk.T = cut[i + 1] - cut[i];
+                    if (blk.T > 0)
+                        (pass ? ops->noncausal_output : ops->noncausal_state)(&blk);
                 }
         }
     }

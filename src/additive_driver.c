@@ -193,23 +193,23 @@ static void run_noncausal(const la_kernels *kern, const la_head *h, const la_sou
                           void *buf)
 {
     const la_additive_ops *ops = kern->additive;
-    int64_t a;
-    for (int64_t t0 = 0; t0 < h->T; t0 += LA_NONCAUSAL_BLOCK) {
-        const int64_t n = chunk_rows(h->T, t0, LA_NONCAUSAL_BLOCK);
-        const la_head x = view_parts_of(kern->stage, h, src, t0, n, buf, &a, LA_STAGE_KV);
-        const la_head b = tokens_of(&x, a, n);
-        if (t0 + n < h->T && !la_stage_passthrough(src))
-            la_stage_prefetch(src, t0 + n, LA_NONCAUSAL_BLOCK, LA_STAGE_KV);
-        ops->noncausal_state(&b);
-    }
-    for (int64_t t0 = 0; t0 < h->T; t0 += LA_NONCAUSAL_BLOCK) {
-        const int64_t n = chunk_rows(h->T, t0, LA_NONCAUSAL_BLOCK);
-        const la_head x = view_parts_of(kern->stage, h, src, t0, n, buf, &a, LA_STAGE_Q);
-        const la_head b = tokens_of(&x, a, n);
-        if (t0 + n < h->T && !la_stage_passthrough(src))
-            la_stage_prefetch(src, t0 + n, LA_NONCAUSAL_BLOCK, LA_STAGE_Q);
-        ops->noncausal_output(&b);
-        la_stage_out(kern->stage, src, t0, n, &x, 0, h->dv);
+    const int staged = !la_stage_passthrough(src);
+    for (int out = 0; out <= 1; out++) {
+        const unsigned parts = out ? LA_STAGE_Q : LA_STAGE_KV;
+        for (int64_t t0 = 0; t0 < h->T; t0 += LA_NONCAUSAL_BLOCK) {
+            const int64_t n = chunk_rows(h->T, t0, LA_NONCAUSAL_BLOCK);
+            int64_t a;
+            const la_head x = view_parts_of(kern->stage, h, src, t0, n, buf, &a, parts);
+            const la_head b = tokens_of(&x, a, n);
+            if (staged && t0 + n < h->T)
+                la_stage_prefetch(src, t0 + n, LA_NONCAUSAL_BLOCK, parts);
+            if (!out) {
+                ops->noncausal_state(&b);
+                continue;
+            }
+            ops->noncausal_output(&b);
+            la_stage_out(kern->stage, src, t0, n, &x, 0, h->dv);
+        }
     }
 }
 

@@ -92,12 +92,10 @@ void linattn_config_init_step(linattn_config *cfg, int64_t batch, int64_t heads,
 
 /* ---- compute entry points ---------------------------------------------- */
 
-static linattn_status run_ops(la_family family, int step, const linattn_config *cfg,
-                              const linattn_operands *ops)
+/* kern: the active table, which the entry point asked for first */
+static linattn_status run_ops(const la_kernels *kern, la_family family, int step,
+                              const linattn_config *cfg, const linattn_operands *ops)
 {
-    const la_kernels *kern = la_active_kernels_or_fail();
-    if (kern == NULL)
-        return LINATTN_E_ISA;
     la_call c;
     linattn_status st = la_check(&c, kern, family, step, cfg, ops);
     if (st != LINATTN_OK)
@@ -115,7 +113,8 @@ static linattn_status run(la_family family, int step, const linattn_config *cfg,
                           const float *q, const float *k, const float *v, const float *g,
                           const float *beta, float *o, float *s, float *z)
 {
-    if (la_active_kernels_or_fail() == NULL) /* first, as in every compute call */
+    const la_kernels *kern = la_active_kernels_or_fail(); /* first, as in every compute call */
+    if (kern == NULL)
         return LINATTN_E_ISA;
     if (cfg && cfg->struct_size == sizeof *cfg) {
         const linattn_dtypes d = cfg->dtype;
@@ -128,7 +127,7 @@ static linattn_status run(la_family family, int step, const linattn_config *cfg,
     linattn_operands ops;
     linattn_operands_init(&ops);
     ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = beta, ops.o = o, ops.s = s, ops.z = z;
-    return run_ops(family, step, cfg, &ops);
+    return run_ops(kern, family, step, cfg, &ops);
 }
 
 linattn_status linattn_forward(const linattn_config *cfg, const float *q, const float *k,
@@ -171,7 +170,8 @@ void linattn_operands_init(linattn_operands *ops)
  * above; a pool or cu_seqlens goes through the plan machinery (plan.c). */
 linattn_status linattn_run(linattn_op op, const linattn_config *cfg, const linattn_operands *ops)
 {
-    if (la_active_kernels_or_fail() == NULL) /* before even a NULL argument */
+    const la_kernels *kern = la_active_kernels_or_fail(); /* before even a NULL argument */
+    if (kern == NULL)
         return LINATTN_E_ISA;
     la_run_arg_copy copy;
     linattn_status st = la_run_args(cfg, ops, &copy, &cfg, &ops);
@@ -185,5 +185,5 @@ linattn_status linattn_run(linattn_op op, const linattn_config *cfg, const linat
         return la_serve_run(op, cfg, ops);
     const int delta = op == LINATTN_OP_DELTA_FORWARD || op == LINATTN_OP_DELTA_STEP;
     const int step = op == LINATTN_OP_STEP || op == LINATTN_OP_DELTA_STEP;
-    return run_ops(delta ? LA_FAMILY_DELTA : LA_FAMILY_ADDITIVE, step, cfg, ops);
+    return run_ops(kern, delta ? LA_FAMILY_DELTA : LA_FAMILY_ADDITIVE, step, cfg, ops);
 }

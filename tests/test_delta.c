@@ -922,6 +922,18 @@ START_TEST(packed_state_same_bits)
 }
 END_TEST
 
+/* Element e of a test pool: x, or its upper half (truncated) in a bfloat16
+ * pool. */
+static void pool_put(void *pool, int bf16, int64_t e, float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if (bf16)
+        ((uint16_t *)pool)[e] = (uint16_t)(u >> 16);
+    else
+        ((float *)pool)[e] = x;
+}
+
 /* A pool call that runs on the packed copy takes it straight from the pool
  * and writes it straight back (plan.c run_packed); the same call through a
  * K-first float copy (packing never) gives the same bits as packing from 32
@@ -986,12 +998,7 @@ START_TEST(packed_pool_same_bits)
                             const int64_t i = vfirst ? in_head % col : in_head / row;
                             const int64_t j = vfirst ? in_head / col : in_head % row;
                             const float x = i < dk && j < dv ? rand_uniform(-0.3f, 0.3f) : 1234.5f;
-                            uint32_t u;
-                            memcpy(&u, &x, sizeof u);
-                            if (bf16)
-                                ((uint16_t *)pool0)[e] = (uint16_t)(u >> 16);
-                            else
-                                ((float *)pool0)[e] = x;
+                            pool_put(pool0, bf16, e, x);
                         }
                         memcpy(pool1, pool0, (size_t)elems * es);
                         linattn_config cfg;
@@ -1304,15 +1311,8 @@ START_TEST(vfirst_read_ahead_same_bits)
                 v[e] = rand_uniform(-0.3f, 5);
             for (int64_t e = 0; e < 2 * tok; e++)
                 g[e] = rand_uniform(-2, 0), beta[e] = rand_uniform(0, 1);
-            for (int64_t e = 0; e < elems; e++) {
-                const float x = rand_uniform(-0.3f, 0.3f);
-                uint32_t u;
-                memcpy(&u, &x, sizeof u);
-                if (bf16)
-                    ((uint16_t *)pool0)[e] = (uint16_t)(u >> 16);
-                else
-                    ((float *)pool0)[e] = x;
-            }
+            for (int64_t e = 0; e < elems; e++)
+                pool_put(pool0, bf16, e, rand_uniform(-0.3f, 0.3f));
             for (size_t a = 0; a < sizeof aheads / sizeof aheads[0]; a++) {
                 tune.delta_vfirst_read_ahead = aheads[a];
                 la_force_table_tuning(table, NULL, &tune);

@@ -268,7 +268,14 @@ typedef struct {
     int64_t ext; /* last offset + 1 */
 } extent;
 
-static extent extent_of(const layout *l)
+static int64_t elem_bytes(linattn_dtype t)
+{
+    return t == LINATTN_BF16 || t == LINATTN_F16 ? 2 : 4;
+}
+
+/* bad also when the last offset's byte count (elem bytes an element)
+ * overflows int64, which the library refuses (docs/api.md, byte ranges) */
+static extent extent_of(const layout *l, int64_t elem)
 {
     extent e = {0, 0};
     wide x = 1;
@@ -280,7 +287,7 @@ static extent extent_of(const layout *l)
         if (l->st[i] < 0)
             return (extent){1, 0};
         x += (wide)(l->n[i] - 1) * l->st[i];
-        if (x > INT64_MAX / 4)
+        if (x > INT64_MAX / elem)
             return (extent){1, 0};
     }
     e.ext = (int64_t)x;
@@ -675,7 +682,7 @@ static void mark_layouts_bad(call *c)
     if (!(c->qk_heads >= 1 && f->heads >= 1 && f->heads % c->qk_heads == 0))
         c->layout_bad = 1;
     for (int b = 0; b < NBUF; b++)
-        if (c->used[b] && extent_of(&c->lay[b]).bad)
+        if (c->used[b] && extent_of(&c->lay[b], elem_bytes(c->dt[b])).bad)
             c->layout_bad = 1;
     /* The state's byte count, given or not. */
     if (!c->layout_bad &&
@@ -1057,7 +1064,7 @@ static int64_t state_index(const call *c, int64_t b, int64_t h, int64_t i)
 /* Bits of element i of buffer x: as the call left it, and as it was before. */
 static int unchanged(const call *c, int x, int64_t i)
 {
-    const size_t size = c->dt[x] == LINATTN_BF16 || c->dt[x] == LINATTN_F16 ? 2 : 4;
+    const size_t size = (size_t)elem_bytes(c->dt[x]);
     const uint8_t *now = (const uint8_t *)c->ptr[x];
     const uint8_t *was = (const uint8_t *)((const float *)allocs[c->host[x]].before + c->offset[x]);
     return memcmp(now + (size_t)i * size, was + (size_t)i * size, size) == 0;
@@ -1671,7 +1678,7 @@ static int run(const uint8_t *data, size_t size)
     for (int b = 0; b < NBUF && fits; b++) {
         if (!c.used[b] || c.place[b] >= 2)
             continue;
-        const extent e = extent_of(&c.lay[b]);
+        const extent e = extent_of(&c.lay[b], elem_bytes(c.dt[b]));
         if (e.bad || e.ext > BUDGET) {
             fits = 0;
             break;
@@ -1703,7 +1710,7 @@ static int run(const uint8_t *data, size_t size)
         if (!fits) {
             c.host[b] = b;
             c.offset[b] = 0;
-            const extent e = extent_of(&c.lay[b]);
+            const extent e = extent_of(&c.lay[b], elem_bytes(c.dt[b]));
             a->n = !e.bad && e.ext <= 4096 ? (c.dt[b] == LINATTN_F32 ? e.ext : (e.ext + 1) / 2)
                                            : SMALL;
             if (a->n < 1)

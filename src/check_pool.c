@@ -304,6 +304,13 @@ static linattn_status check_pool_fields(la_serve *sv, const linattn_state_pool *
     if (p->snapshots > 0 && p->snapshot_slots == NULL)
         return la_fail(LINATTN_E_NULL, "pool->snapshot_slots is NULL but pool->snapshots = %lld",
                        (long long)p->snapshots);
+    /* the last K tokens run one at a time, which a non-causal call's
+     * outputs (every one from the final state) cannot */
+    if (p->snapshots > 0 && !sv->c.causal)
+        return la_fail(LINATTN_E_ARG,
+                       "pool->snapshots = %lld with cfg->causal = 0: snapshots need a causal "
+                       "call (a non-causal output reads the sequence's final state)",
+                       (long long)p->snapshots);
     sv->slots = p->slots;
     sv->s_slot = p->slot, sv->s_head = p->head, sv->s_row = p->row, sv->s_col = p->col;
     sv->z_slot = p->z_slot, sv->z_head = p->z_head;

@@ -42,6 +42,7 @@ static float *copy_of(const float *x, size_t n)
  * batch of single-token steps), a pool of `slots` slots, K snapshots. */
 typedef struct {
     int delta, step, packed, vfirst, threads;
+    int noncausal; /* additive forwards: causal = 0, gate NONE */
     int64_t N, H, dk, dv, K, slots;
     int64_t lens[16];
     int32_t rd[16], wr[16], snap[16 * 8];
@@ -96,7 +97,8 @@ static void world_make(world *w, const scenario *sc)
         linattn_config_init_step(&w->cfg, w->B, H, dk, dv);
     else
         linattn_config_init(&w->cfg, w->B, H, w->T, dk, dv);
-    linattn_config_set_gate(&w->cfg, LINATTN_GATE_TOKEN);
+    linattn_config_set_gate(&w->cfg, sc->noncausal ? LINATTN_GATE_NONE : LINATTN_GATE_TOKEN);
+    w->cfg.causal = !sc->noncausal;
     w->cfg.num_threads = sc->threads;
     w->cfg.qk_l2norm = sc->delta;
     w->cfg.normalize = !sc->delta;
@@ -280,6 +282,21 @@ START_TEST(pool_matches_separate_calls)
     char what[96];
     snprintf(what, sizeof what, "%s %s-first %s threads %d", delta ? "delta" : "additive",
              vfirst ? "V" : "K", packed ? "packed" : "batch", sc.threads);
+    run_scenario(&sc, what);
+}
+END_TEST
+
+/* Non-causal forwards through a pool: every sequence's outputs from its
+ * own final state, as separate non-causal calls give them. _i: bit 0
+ * V-first, bit 1 packed, bit 2 two threads. */
+START_TEST(noncausal_pool_matches_separate_calls)
+{
+    const int vfirst = _i & 1, packed = _i >> 1 & 1, threads = _i >> 2 & 1;
+    scenario sc = scenario_mixed(0, vfirst, packed, 0, threads ? 2 : 1);
+    sc.noncausal = 1;
+    char what[96];
+    snprintf(what, sizeof what, "non-causal %s-first %s threads %d", vfirst ? "V" : "K",
+             packed ? "packed" : "batch", sc.threads);
     run_scenario(&sc, what);
 }
 END_TEST
@@ -804,6 +821,24 @@ START_TEST(bad_snapshot_slot_and_step_cu)
 }
 END_TEST
 
+/* Snapshots are the states of a causal call's last K tokens, run one at a
+ * time: a non-causal call (whose outputs all read the final state) with
+ * K > 0 is refused, before anything is written; with K = 0 it runs. */
+START_TEST(snapshots_need_causal)
+{
+    world w;
+    scenario sc = {.packed = 1, .threads = 1, .N = 2, .H = 1, .dk = 4, .dv = 4, .K = 2,
+                   .slots = 6, .lens = {3, 2}, .rd = {0, 1}, .wr = {0, 1}, .snap = {2, 3, 4, 5},
+                   .noncausal = 1};
+    world_make(&w, &sc);
+    expect_refused(&w, LINATTN_E_ARG, "snapshots need a causal call");
+    w.pool.snapshots = 0, w.pool.snapshot_slots = NULL;
+    ck_assert_msg(linattn_run(world_op(&w), &w.cfg, &w.ops) == LINATTN_OK, "%s",
+                  linattn_last_error());
+    world_free(&w);
+}
+END_TEST
+
 /* A step ignores causal's meaning but checks the flag, whichever way it
  * goes: a pool's step, its plan and the contiguous step (the fuzzer found
  * a plan taking causal = -1 that linattn_run refused). */
@@ -916,6 +951,7 @@ static Suite *serve_suite(void)
     TCase *pool = tcase_create("pool");
     tcase_set_timeout(pool, 120);
     tcase_add_loop_test(pool, pool_matches_separate_calls, 0, 16);
+    tcase_add_loop_test(pool, noncausal_pool_matches_separate_calls, 0, 8);
     tcase_add_loop_test(pool, batched_decode, 0, 4);
     tcase_add_loop_test(pool, snapshots_match_stepping, 0, 4);
     tcase_add_test(pool, spec_decode_form);
@@ -933,6 +969,7 @@ static Suite *serve_suite(void)
     TCase *bad = tcase_create("bad_input");
     tcase_add_loop_test(bad, bad_slots_and_seqlens, 0, 2);
     tcase_add_test(bad, bad_snapshot_slot_and_step_cu);
+    tcase_add_test(bad, snapshots_need_causal);
     tcase_add_loop_test(bad, step_checks_causal_flag, 0, 2);
     tcase_add_test(bad, plan_run_bad_ranges);
     suite_add_tcase(s, bad);

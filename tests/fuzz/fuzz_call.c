@@ -1448,6 +1448,8 @@ static void serve_rules(call *c)
     const linattn_state_pool *p = &c->pool;
     if (p->snapshots < 0)
         fail_reason(c, "snapshots < 0");
+    if (p->snapshots > 0 && !step && f->causal == 0)
+        fail_reason(c, "snapshots in a non-causal call");
     if (p->slots == INT64_MAX)
         fail_reason(c, "a pool larger than memory");
     if (p->slots < 1) /* the B - 1 slots decoded for B = 1 */

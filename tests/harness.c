@@ -120,6 +120,7 @@ void problem_make(problem *p, const spec *sp)
     c->algo = sp->algo;
     c->causal = sp->causal;
     c->normalize = sp->normalize;
+    c->z_compensated = sp->z_compensated;
     c->qk_l2norm = sp->l2norm;
     c->chunk = sp->chunk;
     c->num_threads = sp->threads;
@@ -171,12 +172,20 @@ void problem_make(problem *p, const spec *sp)
     }
     if (sp->with_state) {
         const size_t ns = (size_t)(B * H * dk * dv), nz = (size_t)(B * H * dk);
+        const int zd = 1 + sp->z_compensated; /* z's rows a head */
         p->s = random_floats(p, ns, -1, 1);
-        p->z = random_floats(p, nz, 0, 2); /* a plausible sum of positive features */
+        p->z = random_floats(p, nz * (size_t)zd, 0, 2); /* a plausible sum of positive features */
         p->s_init = malloc(ns * sizeof(float));
         p->z_init = malloc(nz * sizeof(float));
         memcpy(p->s_init, p->s, ns * sizeof(float));
-        memcpy(p->z_init, p->z, nz * sizeof(float));
+        for (size_t i = 0; i < nz; i++) {
+            /* compensations far above rounding size, so that a kernel that
+             * dropped or misplaced them fails */
+            float *zh = p->z + i / (size_t)dk * (size_t)(zd * dk) + i % (size_t)dk;
+            if (sp->z_compensated)
+                zh[dk] = zh[0] * rand_uniform(-0.25f, 0.25f);
+            p->z_init[i] = sp->z_compensated ? zh[0] + zh[dk] : zh[0];
+        }
     }
 }
 
@@ -193,11 +202,12 @@ const char *spec_name(const spec *sp)
     static const char *algos[] = {"auto", "chunked", "recurrent"};
     snprintf(buf, sizeof buf,
              "B=%lld H=%lld T=%lld dk=%lld dv=%lld phi=%s gate=%s algo=%s causal=%d "
-             "normalize=%d l2norm=%d state=%d unaligned=%d threads=%d chunk=%lld layout=%d "
-             "g=[%g,%g]",
+             "normalize=%d z_compensated=%d l2norm=%d state=%d unaligned=%d threads=%d chunk=%lld "
+             "layout=%d g=[%g,%g]",
              (long long)sp->B, (long long)sp->H, (long long)sp->T, (long long)sp->dk,
              (long long)sp->dv, phis[sp->phi], gates[sp->gate], algos[sp->algo], sp->causal,
-             sp->normalize, sp->l2norm, sp->with_state, sp->unaligned, sp->threads,
+             sp->normalize, sp->z_compensated, sp->l2norm, sp->with_state, sp->unaligned,
+             sp->threads,
              (long long)sp->chunk, (int)sp->layout, sp->g_lo, sp->g_hi);
     return buf;
 }
@@ -238,7 +248,13 @@ double problem_error(const problem *p)
                 const double es = rel_err(p->s + bh * dk * dv, dv, s + bh * dk * dv, dk, dv);
                 e = isnan(es) || es > e ? es : e;
                 if (c->normalize) {
-                    const double ez = rel_err(p->z + bh * dk, dk, z + bh * dk, 1, dk);
+                    const int64_t zd = 1 + c->z_compensated;
+                    float *zsum = malloc(sizeof(float) * (size_t)dk);
+                    for (int64_t i = 0; i < dk; i++) /* float: the tolerance dwarfs the rounding */
+                        zsum[i] = p->z[bh * zd * dk + i] +
+                                  (c->z_compensated ? p->z[bh * zd * dk + dk + i] : 0.0f);
+                    const double ez = rel_err(zsum, dk, z + bh * dk, 1, dk);
+                    free(zsum);
                     e = isnan(ez) || ez > e ? ez : e;
                 }
             }

@@ -24,6 +24,10 @@ typedef struct {
     int causal, normalize;
     int l2norm;     /* qk_l2norm */
     int with_state; /* random initial state (else s, z NULL: zero, not returned) */
+    /* cfg.z_compensated: z is [B][H][2][dk], the sum and its compensation
+     * (random, small, at the start); the oracle starts from their sum and
+     * the final z + zc is compared with its z */
+    int z_compensated;
     int unaligned;  /* every pointer 4 bytes past a 64-byte boundary */
     int threads;
     int64_t chunk;

@@ -505,6 +505,90 @@ START_TEST(threads_bitwise_equal)
 }
 END_TEST
 
+/* z_compensated (a head's z is [2][dk]: the sum and its compensation, both
+ * carried from call to call): every form, gate and causal flag, one head's
+ * columns over 3 threads (each unit starts from the z before any unit
+ * stores its own), a call split in two, and steps; against the oracle of
+ * z + zc, and the final o, s and z bitwise the same on 1 and 3 threads. */
+START_TEST(z_compensated_against_oracle)
+{
+    static const int64_t shapes[][5] = {{1, 1, 65, 17, 40}, {2, 3, 33, 16, 16}, {1, 2, 1, 7, 5}};
+    for (int sh = 0; sh < 3; sh++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int algo = LINATTN_ALGO_AUTO; algo <= LINATTN_ALGO_RECURRENT; algo++)
+                for (int causal = gate == LINATTN_GATE_NONE ? 0 : 1; causal <= 1; causal++) {
+                    const int64_t B = shapes[sh][0], H = shapes[sh][1], T = shapes[sh][2];
+                    const int64_t dk = shapes[sh][3], dv = shapes[sh][4];
+                    spec sp = spec_default(B, H, T, dk, dv);
+                    sp.gate = (linattn_gate)gate;
+                    sp.algo = (linattn_algo)algo;
+                    sp.causal = causal;
+                    sp.with_state = 1;
+                    sp.z_compensated = 1;
+                    problem p;
+                    problem_make(&p, &sp);
+                    const size_t no = (size_t)(B * H * T * dv), ns = (size_t)(B * H * dk * dv);
+                    const size_t nz = (size_t)(B * H * 2 * dk);
+                    float *z0 = copy_floats(p.z, nz), *o1 = NULL, *s1 = NULL, *z1 = NULL;
+                    for (int threads = 1; threads <= 3; threads += 2) {
+                        memcpy(p.s, p.s_init, ns * sizeof(float));
+                        memcpy(p.z, z0, nz * sizeof(float));
+                        p.cfg.num_threads = threads;
+                        ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+                        ck_assert_msg(problem_error(&p) <= 1.0, "%s", spec_name(&sp));
+                        if (threads == 1) {
+                            o1 = copy_floats(p.o, no), s1 = copy_floats(p.s, ns);
+                            z1 = copy_floats(p.z, nz);
+                            continue;
+                        }
+                        ck_assert_msg(memcmp(o1, p.o, no * sizeof(float)) == 0 &&
+                                          memcmp(s1, p.s, ns * sizeof(float)) == 0 &&
+                                          memcmp(z1, p.z, nz * sizeof(float)) == 0,
+                                      "o, s or z differs with 3 threads: %s", spec_name(&sp));
+                    }
+                    if (causal && T > 1) { /* the same sequence in two calls */
+                        const int64_t split = T / 2;
+                        memcpy(p.s, p.s_init, ns * sizeof(float));
+                        memcpy(p.z, z0, nz * sizeof(float));
+                        linattn_config first = p.cfg, second = p.cfg;
+                        first.seq_len = split, second.seq_len = T - split;
+                        const float *g2 = p.g && gate != LINATTN_GATE_HEAD
+                                              ? p.g + split * p.cfg.g.token
+                                              : p.g;
+                        ck_assert_int_eq(
+                            linattn_forward(&first, p.q, p.k, p.v, p.g, p.o, p.s, p.z),
+                            LINATTN_OK);
+                        ck_assert_int_eq(linattn_forward(&second, p.q + split * p.cfg.q.token,
+                                                         p.k + split * p.cfg.k.token,
+                                                         p.v + split * p.cfg.v.token, g2,
+                                                         p.o + split * p.cfg.o.token, p.s, p.z),
+                                         LINATTN_OK);
+                        ck_assert_msg(problem_error(&p) <= 1.0, "in two calls: %s",
+                                      spec_name(&sp));
+                    }
+                    if (causal && algo == LINATTN_ALGO_AUTO) { /* token by token */
+                        memcpy(p.s, p.s_init, ns * sizeof(float));
+                        memcpy(p.z, z0, nz * sizeof(float));
+                        linattn_config step = p.cfg;
+                        step.seq_len = 1;
+                        for (int64_t t = 0; t < T; t++) {
+                            const float *g = p.g && gate != LINATTN_GATE_HEAD
+                                                 ? p.g + t * p.cfg.g.token
+                                                 : p.g;
+                            ck_assert_int_eq(linattn_step(&step, p.q + t * p.cfg.q.token,
+                                                          p.k + t * p.cfg.k.token,
+                                                          p.v + t * p.cfg.v.token, g,
+                                                          p.o + t * p.cfg.o.token, p.s, p.z),
+                                             LINATTN_OK);
+                        }
+                        ck_assert_msg(problem_error(&p) <= 1.0, "steps: %s", spec_name(&sp));
+                    }
+                    free(z0), free(o1), free(s1), free(z1);
+                    problem_free(&p);
+                }
+}
+END_TEST
+
 /* The value-tiled recurrent forward on the kernels' packed copy of the
  * state (tuning.h: additive_pack_from_T) gives the same bits as on the
  * state where it lies, whatever this CPU's entry says: both are forced. */
@@ -778,6 +862,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, full_resets_by_huge_negative_gates);
     tcase_add_test(oracle, reset_keeps_later_decays);
     tcase_add_test(oracle, long_run_normaliser);
+    tcase_add_test(oracle, z_compensated_against_oracle);
     tcase_add_test(oracle, grouped_heads_and_l2norm);
     tcase_add_test(oracle, state_carried_across_calls);
     tcase_add_test(oracle, steps_against_oracle);

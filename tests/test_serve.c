@@ -43,6 +43,7 @@ static float *copy_of(const float *x, size_t n)
 typedef struct {
     int delta, step, packed, vfirst, threads;
     int noncausal; /* additive forwards: causal = 0, gate NONE */
+    int zc;        /* additive: z_compensated, each slot's head keeps [2][dk] */
     int64_t N, H, dk, dv, K, slots;
     int64_t lens[16];
     int32_t rd[16], wr[16], snap[16 * 8];
@@ -83,7 +84,8 @@ static void world_make(world *w, const scenario *sc)
     w->beta = floats(tok, 0, 1);
     w->o = malloc((tok * (size_t)dv + 1) * sizeof(float));
     memset(w->o, 0x7f, tok * (size_t)dv * sizeof(float));
-    const size_t state = (size_t)(sc->slots * H * dk * dv), zs = (size_t)(sc->slots * H * dk);
+    const int64_t zd = dk * (1 + sc->zc); /* z floats a head */
+    const size_t state = (size_t)(sc->slots * H * dk * dv), zs = (size_t)(sc->slots * H * zd);
     w->s = floats(state, -0.3f, 0.3f);
     w->z = floats(zs, 0.5f, 1.5f);
     w->o_ref = copy_of(w->o, tok * (size_t)dv);
@@ -91,7 +93,7 @@ static void world_make(world *w, const scenario *sc)
     w->z_ref = copy_of(w->z, zs);
     w->s_slot = H * dk * dv, w->s_head = dk * dv;
     w->s_row = sc->vfirst ? 1 : dv, w->s_col = sc->vfirst ? dk : 1;
-    w->z_slot = H * dk, w->z_head = dk;
+    w->z_slot = H * zd, w->z_head = zd;
 
     if (sc->step)
         linattn_config_init_step(&w->cfg, w->B, H, dk, dv);
@@ -99,6 +101,7 @@ static void world_make(world *w, const scenario *sc)
         linattn_config_init(&w->cfg, w->B, H, w->T, dk, dv);
     linattn_config_set_gate(&w->cfg, sc->noncausal ? LINATTN_GATE_NONE : LINATTN_GATE_TOKEN);
     w->cfg.causal = !sc->noncausal;
+    w->cfg.z_compensated = sc->zc;
     w->cfg.num_threads = sc->threads;
     w->cfg.qk_l2norm = sc->delta;
     w->cfg.normalize = !sc->delta;
@@ -141,7 +144,9 @@ static void ref_get(const world *w, int64_t slot, float *S, float *Z)
                     slot < 0 ? 0.0f
                              : w->s_ref[slot * w->s_slot + h * w->s_head + i * w->s_row +
                                         j * w->s_col];
-            Z[h * dk + i] = slot < 0 ? 0.0f : w->z_ref[slot * w->z_slot + h * w->z_head + i];
+            for (int64_t r = 0; r <= w->sc.zc; r++) /* z, then its compensation */
+                Z[h * w->z_head + r * dk + i] =
+                    slot < 0 ? 0.0f : w->z_ref[slot * w->z_slot + h * w->z_head + r * dk + i];
         }
 }
 
@@ -154,7 +159,9 @@ static void ref_put(world *w, int64_t slot, const float *S, const float *Z)
                 w->s_ref[slot * w->s_slot + h * w->s_head + i * w->s_row + j * w->s_col] =
                     S[(h * dk + i) * dv + j];
             if (!w->sc.delta)
-                w->z_ref[slot * w->z_slot + h * w->z_head + i] = Z[h * dk + i];
+                for (int64_t r = 0; r <= w->sc.zc; r++)
+                    w->z_ref[slot * w->z_slot + h * w->z_head + r * dk + i] =
+                        Z[h * w->z_head + r * dk + i];
         }
 }
 
@@ -184,7 +191,7 @@ static void ref_call(world *w, int64_t seq, int64_t a, int64_t n, int step, floa
 static void world_reference(world *w)
 {
     const scenario *sc = &w->sc;
-    const size_t sz = (size_t)(sc->H * sc->dk * sc->dv), zz = (size_t)(sc->H * sc->dk);
+    const size_t sz = (size_t)(sc->H * sc->dk * sc->dv), zz = (size_t)(sc->H * w->z_head);
     float *S = malloc(sz * sizeof(float)), *Z = malloc(zz * sizeof(float));
     for (int64_t n = 0; n < sc->N; n++) {
         const int64_t rd = sc->rd[n] < 0 ? -1 : sc->rd[n], wr = sc->wr[n] < 0 ? -1 : sc->wr[n];
@@ -242,7 +249,7 @@ static void world_compare(const world *w, const char *what)
     ck_assert_msg(memcmp(w->s, w->s_ref, state * sizeof(float)) == 0,
                   "%s: the pool's s differs from the per-sequence calls", what);
     if (!sc->delta)
-        ck_assert_msg(memcmp(w->z, w->z_ref, (size_t)(sc->slots * sc->H * sc->dk) *
+        ck_assert_msg(memcmp(w->z, w->z_ref, (size_t)(sc->slots * w->z_slot) *
                                                  sizeof(float)) == 0,
                       "%s: the pool's z differs from the per-sequence calls", what);
 }
@@ -310,6 +317,27 @@ START_TEST(batched_decode)
         scenario sc = scenario_mixed(delta, vfirst, 0, 1, threads);
         run_scenario(&sc, delta ? "delta step" : "additive step");
     }
+}
+END_TEST
+
+/* z_compensated pools (each slot's head keeps z and its compensation):
+ * forwards, steps and snapshots, as the per-sequence calls with the same
+ * flag give them. _i: bit 0 V-first, bit 1 packed, bit 2 two threads. */
+START_TEST(compensated_z_pool_matches_separate_calls)
+{
+    const int vfirst = _i & 1, packed = _i >> 1 & 1, threads = _i >> 2 & 1;
+    for (int step = 0; step <= 1; step++) {
+        scenario sc = scenario_mixed(0, vfirst, packed && !step, step, threads ? 2 : 1);
+        sc.zc = 1;
+        char what[96];
+        snprintf(what, sizeof what, "z compensated %s-first %s threads %d",
+                 vfirst ? "V" : "K", step ? "step" : packed ? "packed" : "batch", sc.threads);
+        run_scenario(&sc, what);
+    }
+    scenario sc = {.vfirst = vfirst, .packed = 1, .threads = threads ? 2 : 1, .N = 2, .H = 2,
+                   .dk = 5, .dv = 9, .K = 3, .slots = 12, .lens = {5, 2}, .rd = {0, 1},
+                   .wr = {2, 3}, .snap = {4, 5, 6, 7, 8, 9}, .zc = 1};
+    run_scenario(&sc, "z compensated snapshots");
 }
 END_TEST
 
@@ -952,6 +980,7 @@ static Suite *serve_suite(void)
     tcase_set_timeout(pool, 120);
     tcase_add_loop_test(pool, pool_matches_separate_calls, 0, 16);
     tcase_add_loop_test(pool, noncausal_pool_matches_separate_calls, 0, 8);
+    tcase_add_loop_test(pool, compensated_z_pool_matches_separate_calls, 0, 8);
     tcase_add_loop_test(pool, batched_decode, 0, 4);
     tcase_add_loop_test(pool, snapshots_match_stepping, 0, 4);
     tcase_add_test(pool, spec_decode_form);

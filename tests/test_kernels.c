@@ -113,6 +113,48 @@ START_TEST(scale_applies_to_queries)
 }
 END_TEST
 
+/* scale and eps away from their defaults in every form (eps large enough
+ * to move every output: a kernel that dropped or misplaced either fails),
+ * causal and not, with and without a gate, and through steps. */
+START_TEST(scale_and_eps_against_oracle)
+{
+    static const float scales[] = {0.125f, 3.0f};
+    for (int algo = LINATTN_ALGO_AUTO; algo <= LINATTN_ALGO_RECURRENT; algo++)
+        for (int gate = 0; gate <= 1; gate++)
+            for (int causal = gate; causal <= 1; causal++)
+                for (int norm = 0; norm <= 1; norm++) {
+                    spec sp = spec_default(1, 2, 70, 17, 20);
+                    sp.algo = (linattn_algo)algo;
+                    sp.gate = gate ? LINATTN_GATE_TOKEN : LINATTN_GATE_NONE;
+                    sp.causal = causal;
+                    sp.normalize = norm;
+                    sp.with_state = 1;
+                    problem p;
+                    problem_make(&p, &sp);
+                    p.cfg.scale = scales[(algo + norm) % 2];
+                    p.cfg.eps = 0.5f;
+                    expect_ok(&p);
+                    if (causal && algo == LINATTN_ALGO_AUTO) { /* token by token */
+                        const size_t ns = (size_t)(2 * 17 * 20), nz = (size_t)(2 * 17);
+                        memcpy(p.s, p.s_init, ns * sizeof(float));
+                        memcpy(p.z, p.z_init, nz * sizeof(float));
+                        linattn_config step = p.cfg;
+                        step.seq_len = 1;
+                        for (int64_t t = 0; t < 70; t++)
+                            ck_assert_int_eq(
+                                linattn_step(&step, p.q + t * p.cfg.q.token,
+                                             p.k + t * p.cfg.k.token, p.v + t * p.cfg.v.token,
+                                             p.g ? p.g + t * p.cfg.g.token : NULL,
+                                             p.o + t * p.cfg.o.token, p.s, p.z),
+                                LINATTN_OK);
+                        ck_assert_msg(problem_error(&p) <= 1.0, "steps, scale %g eps 0.5: %s",
+                                      (double)p.cfg.scale, spec_name(&sp));
+                    }
+                    problem_free(&p);
+                }
+}
+END_TEST
+
 START_TEST(noncausal_against_oracle)
 {
     static const int64_t shapes[][3] = {{1, 1, 1}, {65, 3, 17}, {200, 64, 64}, {33, 129, 65}};
@@ -461,47 +503,96 @@ START_TEST(threads_bitwise_equal)
     for (int sh = 0; sh < 2; sh++)
         for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
             for (int algo = LINATTN_ALGO_AUTO; algo <= LINATTN_ALGO_RECURRENT; algo++)
-                for (int state = 0; state <= 1; state++) {
-                    const int64_t B = shapes[sh][0], H = shapes[sh][1], T = shapes[sh][2];
-                    spec sp = spec_default(B, H, T, 32, 40);
-                    sp.gate = (linattn_gate)gate;
-                    sp.algo = (linattn_algo)algo;
-                    sp.with_state = state;
-                    sp.chunk = sh ? 16 : 0;
-                    problem p;
-                    problem_make(&p, &sp);
-                    const size_t no = (size_t)(B * H * T * 40), ns = (size_t)(B * H * 32 * 40);
-                    const size_t nz = (size_t)(B * H * 32);
-                    float *o1 = malloc(no * sizeof(float)), *s1 = malloc(ns * sizeof(float));
-                    float *z1 = malloc(nz * sizeof(float));
-                    for (int threads = 1; threads <= 3; threads++) {
-                        if (state) {
-                            memcpy(p.s, p.s_init, ns * sizeof(float));
-                            memcpy(p.z, p.z_init, nz * sizeof(float));
-                        }
-                        p.cfg.num_threads = threads;
-                        ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
-                        if (threads == 1) {
-                            memcpy(o1, p.o, no * sizeof(float));
+                for (int state = 0; state <= 1; state++)
+                    for (int causal = gate == LINATTN_GATE_NONE ? 0 : 1; causal <= 1; causal++) {
+                        const int64_t B = shapes[sh][0], H = shapes[sh][1], T = shapes[sh][2];
+                        spec sp = spec_default(B, H, T, 32, 40);
+                        sp.gate = (linattn_gate)gate;
+                        sp.algo = (linattn_algo)algo;
+                        sp.with_state = state;
+                        sp.causal = causal;
+                        sp.chunk = sh ? 16 : 0;
+                        problem p;
+                        problem_make(&p, &sp);
+                        const size_t no = (size_t)(B * H * T * 40), ns = (size_t)(B * H * 32 * 40);
+                        const size_t nz = (size_t)(B * H * 32);
+                        float *o1 = malloc(no * sizeof(float)), *s1 = malloc(ns * sizeof(float));
+                        float *z1 = malloc(nz * sizeof(float));
+                        for (int threads = 1; threads <= 3; threads++) {
                             if (state) {
-                                memcpy(s1, p.s, ns * sizeof(float));
-                                memcpy(z1, p.z, nz * sizeof(float));
+                                memcpy(p.s, p.s_init, ns * sizeof(float));
+                                memcpy(p.z, p.z_init, nz * sizeof(float));
                             }
-                            continue;
+                            p.cfg.num_threads = threads;
+                            ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+                            if (threads == 1) {
+                                memcpy(o1, p.o, no * sizeof(float));
+                                if (state) {
+                                    memcpy(s1, p.s, ns * sizeof(float));
+                                    memcpy(z1, p.z, nz * sizeof(float));
+                                }
+                                continue;
+                            }
+                            ck_assert_msg(memcmp(o1, p.o, no * sizeof(float)) == 0,
+                                          "o differs with %d threads: %s", threads, spec_name(&sp));
+                            ck_assert_msg(!state || memcmp(s1, p.s, ns * sizeof(float)) == 0,
+                                          "s differs with %d threads: %s", threads, spec_name(&sp));
+                            ck_assert_msg(!state || memcmp(z1, p.z, nz * sizeof(float)) == 0,
+                                          "z differs with %d threads: %s", threads, spec_name(&sp));
                         }
-                        ck_assert_msg(memcmp(o1, p.o, no * sizeof(float)) == 0,
-                                      "o differs with %d threads: %s", threads, spec_name(&sp));
-                        ck_assert_msg(!state || memcmp(s1, p.s, ns * sizeof(float)) == 0,
-                                      "s differs with %d threads: %s", threads, spec_name(&sp));
-                        ck_assert_msg(!state || memcmp(z1, p.z, nz * sizeof(float)) == 0,
-                                      "z differs with %d threads: %s", threads, spec_name(&sp));
+                        ck_assert_msg(problem_error(&p) <= 1.0, "%s", spec_name(&sp));
+                        free(o1);
+                        free(s1);
+                        free(z1);
+                        problem_free(&p);
                     }
-                    ck_assert_msg(problem_error(&p) <= 1.0, "%s", spec_name(&sp));
-                    free(o1);
-                    free(s1);
-                    free(z1);
-                    problem_free(&p);
+}
+END_TEST
+
+/* Decode steps give the same bits on 1, 2 and 3 threads: heads shared out,
+ * and one head's columns split. */
+START_TEST(steps_threads_bitwise_equal)
+{
+    static const int64_t shapes[][2] = {{2, 3}, {1, 1}};
+    for (int sh = 0; sh < 2; sh++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
+            const int64_t B = shapes[sh][0], H = shapes[sh][1], T = 6, dk = 32, dv = 40;
+            spec sp = spec_default(B, H, T, dk, dv);
+            sp.gate = (linattn_gate)gate;
+            sp.with_state = 1;
+            problem p;
+            problem_make(&p, &sp);
+            const size_t no = (size_t)(B * H * T * dv), ns = (size_t)(B * H * dk * dv);
+            const size_t nz = (size_t)(B * H * dk);
+            float *o1 = NULL, *s1 = NULL, *z1 = NULL;
+            for (int threads = 1; threads <= 3; threads++) {
+                memcpy(p.s, p.s_init, ns * sizeof(float));
+                memcpy(p.z, p.z_init, nz * sizeof(float));
+                linattn_config step = p.cfg;
+                step.seq_len = 1, step.num_threads = threads;
+                for (int64_t t = 0; t < T; t++)
+                    ck_assert_int_eq(linattn_step(&step, p.q + t * p.cfg.q.token,
+                                                  p.k + t * p.cfg.k.token,
+                                                  p.v + t * p.cfg.v.token,
+                                                  p.g && gate != LINATTN_GATE_HEAD
+                                                      ? p.g + t * p.cfg.g.token
+                                                      : p.g,
+                                                  p.o + t * p.cfg.o.token, p.s, p.z),
+                                     LINATTN_OK);
+                if (threads == 1) {
+                    o1 = copy_floats(p.o, no), s1 = copy_floats(p.s, ns);
+                    z1 = copy_floats(p.z, nz);
+                    ck_assert_msg(problem_error(&p) <= 1.0, "steps: %s", spec_name(&sp));
+                    continue;
                 }
+                ck_assert_msg(memcmp(o1, p.o, no * sizeof(float)) == 0 &&
+                                  memcmp(s1, p.s, ns * sizeof(float)) == 0 &&
+                                  memcmp(z1, p.z, nz * sizeof(float)) == 0,
+                              "steps on %d threads differ: %s", threads, spec_name(&sp));
+            }
+            free(o1), free(s1), free(z1);
+            problem_free(&p);
+        }
 }
 END_TEST
 
@@ -854,6 +945,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, long_sequence_big_heads);
     tcase_add_test(oracle, feature_maps);
     tcase_add_test(oracle, scale_applies_to_queries);
+    tcase_add_test(oracle, scale_and_eps_against_oracle);
     tcase_add_test(oracle, noncausal_against_oracle);
     tcase_add_test(oracle, strided_layouts);
     tcase_add_test(oracle, unaligned_pointers);
@@ -868,6 +960,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, steps_against_oracle);
     tcase_add_test(oracle, chunked_matches_recurrent);
     tcase_add_test(oracle, threads_bitwise_equal);
+    tcase_add_test(oracle, steps_threads_bitwise_equal);
     tcase_add_test(oracle, packed_state_same_bits);
     tcase_add_test(oracle, quad_sweeps_match_oracle);
     tcase_add_test(oracle, quad_sweeps_large_v);

@@ -52,7 +52,7 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
          cfg_null=False, q="contig", k="contig", v="contig", o="contig", g="contig",
          beta="contig", k_same_as_q=False, state_byte=0, place=None, seed=1,
          regimes=None, raw_dims=None, g_head_byte=0, q_extra=(), o_extra=(), serve=(),
-         ext=(), plan=None, packed_pool=()):
+         ext=(), plan=None, packed_pool=(), zc=None):
     b = [KINDS[kind]]
     if raw_dims:
         b += raw_dims
@@ -86,12 +86,18 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
     b += list(struct.pack(">Q", seed))
     regimes = regimes or {}
     b += [regimes.get(name, 0) for name in BUFS]
-    b += list(serve) or ([0] if ext else [])  # the serving form: decode_serve() in fuzz_call.c
-    b += list(ext) or ([0] if plan is not None or packed_pool else [])  # decode_ext()
-    if plan is not None or packed_pool:  # the serving form as a plan's units: run_plan()
-        assert serve
+    tail = zc is not None  # z_compensated: decode_zc(), after every byte below
+    serving = bool(serve) and serve[0] >= 128 and serve[0] % 6 != 0
+    # the serving form: decode_serve() in fuzz_call.c
+    b += list(serve) or ([0] if ext or tail else [])
+    b += list(ext) or ([0] if plan is not None or packed_pool or tail else [])  # decode_ext()
+    if plan is not None or packed_pool or (tail and serving):
+        assert serving  # the serving form as a plan's units: run_plan()
         b += [plan or 0]
-    b += list(packed_pool)  # cu_seqlens with a pool: decode_packed_pool() in fuzz_call.c
+    # cu_seqlens with a pool: decode_packed_pool() in fuzz_call.c
+    b += list(packed_pool) or ([0] if tail else [])
+    if tail:
+        b += [zc]  # 0 off, 3 on, 240 / 241: -1 / 2 (refused)
     return bytes(b)
 
 
@@ -294,6 +300,25 @@ def seeds():
     s["serve-cu-bad-end"] = call(B=1, T=40, serve=[SERVE["cu"], 3 | 5 << 2])
     s["serve-cu-falling"] = call(kind="delta_forward", B=1, T=40, phi="identity",
                                  serve=[SERVE["cu"], 3 | 7 << 2])
+    # z_compensated (z as [2][dk] a head, the normaliser then its compensation): every
+    # form, a head's columns over 3 threads, steps, a non-causal call, pools, packed
+    # sequences with a pool and snapshots, and the bad values
+    s["zc-recurrent-columns-threads"] = call(B=1, H=1, T=40, dk=9, dv=16, gate="token",
+                                             algo="recurrent", threads=3, zc=3)
+    s["zc-chunked-channel"] = call(T=33, gate="channel", algo="chunked", threads=2, zc=3)
+    s["zc-step"] = call(kind="step", gate="token", zc=3)
+    s["zc-noncausal"] = call(T=30, causal=0, zc=3)
+    # 3 sequences in place in a pool of 5, K = 2: sequence 0's token 3 to slot 3, sequence
+    # 1's last token to its own slot too
+    s["zc-pool-slots-snapshots"] = call(B=3, T=5, gate="token",
+                                        serve=[SERVE["slots"], 3 | 3 << 2 | 128] + [0] * 6
+                                        + [3, 1, 1, 2, 1, 1], zc=3)
+    s["zc-cu-pool"] = call(B=1, T=40, gate="token", threads=2, serve=[SERVE["cu"], 2],
+                           packed_pool=[91, 1, 3, 0, 0, 8, 1, 7, 1, 1, 1, 6, 0], zc=3)
+    s["zc-plan-vfirst"] = call(kind="step", B=3, H=4, gate="token",
+                               serve=[SERVE["pool_vfirst"]], plan=1 | 64, zc=3)
+    s["zc-bad-minus-one"] = call(zc=240)
+    s["zc-bad-two"] = call(kind="step", zc=241)
     # 0.4.0: element types and the input stage's activations (linattn_run).
     run = [SERVE["run"]]
     bf16 = dict(q="bf16", o="bf16", s="bf16")

@@ -1007,6 +1007,19 @@ static Suite *serve_suite(void)
 
 int main(void)
 {
+    /* meson runs this once through dispatch and once per x86 table named by
+     * LINATTN_ISA: one this CPU cannot run is skipped, by name */
+    const char *isa = getenv("LINATTN_ISA");
+    if (isa) {
+        linattn_config cfg;
+        linattn_config_init(&cfg, 1, 1, 1, 1, 1);
+        float x[4] = {0};
+        if (linattn_forward(&cfg, x, x, x, NULL, x + 1, NULL, NULL) == LINATTN_E_ISA) {
+            printf("SKIP LINATTN_ISA=%s: this CPU cannot run it\n", isa);
+            return 77;
+        }
+        printf("table under test: %s\n", linattn_isa_name(linattn_get_isa()));
+    }
     test_seed();
     SRunner *sr = srunner_create(serve_suite());
     srunner_run_all(sr, CK_NORMAL);

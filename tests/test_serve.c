@@ -772,7 +772,9 @@ static void expect_refused(world *w, linattn_status want, const char *sub)
     const scenario *sc = &w->sc;
     const size_t tok = (size_t)(w->B * w->T * sc->H);
     const size_t state = (size_t)(sc->slots * sc->H * sc->dk * sc->dv);
+    const size_t zs = (size_t)(sc->slots * w->z_slot);
     float *o0 = copy_of(w->o, tok * (size_t)sc->dv), *s0 = copy_of(w->s, state);
+    float *z0 = copy_of(w->z, zs);
     const linattn_status st = linattn_run(world_op(w), &w->cfg, &w->ops);
     ck_assert_msg(st == want, "status %d (%s), expected %d", st, linattn_last_error(), want);
     ck_assert_error_has(sub);
@@ -781,7 +783,8 @@ static void expect_refused(world *w, linattn_status want, const char *sub)
     ck_assert_ptr_null(p);
     ck_assert_msg(memcmp(o0, w->o, tok * (size_t)sc->dv * sizeof(float)) == 0, "o written");
     ck_assert_msg(memcmp(s0, w->s, state * sizeof(float)) == 0, "pool written");
-    free(o0), free(s0);
+    ck_assert_msg(memcmp(z0, w->z, zs * sizeof(float)) == 0, "pool's z written");
+    free(o0), free(s0), free(z0);
 }
 
 START_TEST(bad_slots_and_seqlens)
@@ -823,6 +826,18 @@ START_TEST(bad_slots_and_seqlens)
     w.ops.s = w.o; /* the pool over o */
     expect_refused(&w, LINATTN_E_OVERLAP, "overlaps the state pool");
     w.ops.s = w.s;
+    if (!delta) { /* the pool's z: its strides, itself, against s */
+        w.pool.z_head = -1;
+        expect_refused(&w, LINATTN_E_STRIDE, "pool->z_head");
+        w.pool.z_head = w.z_head, w.pool.z_slot = -2;
+        expect_refused(&w, LINATTN_E_STRIDE, "pool->z_slot");
+        w.pool.z_slot = w.z_slot, w.pool.z_head = w.z_head - 1; /* heads share a float */
+        expect_refused(&w, LINATTN_E_OVERLAP, "pool's z strides");
+        w.pool.z_head = w.z_head;
+        w.ops.z = w.s + 5; /* z inside s */
+        expect_refused(&w, LINATTN_E_OVERLAP, "s overlaps z in the pool");
+        w.ops.z = w.z;
+    }
     w.ops.struct_size = 8;
     expect_refused(&w, LINATTN_E_ARG, "ops->struct_size");
     w.ops.struct_size = sizeof w.ops;

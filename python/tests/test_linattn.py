@@ -11,13 +11,23 @@ token or key channel) and nrm the optional L2 normalisation.
 """
 
 import inspect
+import os
 
 import numpy as np
 import pytest
 
 import linattn
 
-RNG = np.random.default_rng(1234)
+# fixed unless LINATTN_TEST_SEED says otherwise; printed by every test
+SEED = int(os.environ.get('LINATTN_TEST_SEED', '0') or 0) or 1234
+RNG = np.random.default_rng(SEED)
+
+
+@pytest.fixture(autouse=True)
+def _print_seed():
+    """The seed, in every test's captured output (shown when it fails)."""
+    print(f'LINATTN_TEST_SEED={SEED}')
+    yield
 
 
 # --- references (float64, [B, H, T, D]) ------------------------------------
@@ -845,7 +855,9 @@ def test_torch_pool_in_place():
 # --- torch ------------------------------------------------------------------
 
 def _torch():
-    return pytest.importorskip('torch', reason='torch is not installed')
+    torch = pytest.importorskip('torch', reason='torch is not installed')
+    torch.manual_seed(SEED)  # the torch tests draw from torch's global generator
+    return torch
 
 
 def test_torch_fla_functions_return_tensors():

@@ -44,6 +44,7 @@ typedef struct {
     int delta, step, packed, vfirst, threads;
     int noncausal; /* additive forwards: causal = 0, gate NONE */
     int zc;        /* additive: z_compensated, each slot's head keeps [2][dk] */
+    int other_gate; /* 1: gate HEAD, 2: gate CHANNEL, else TOKEN (NONE when noncausal) */
     int64_t N, H, dk, dv, K, slots;
     int64_t lens[16];
     int32_t rd[16], wr[16], snap[16 * 8];
@@ -80,7 +81,10 @@ static void world_make(world *w, const scenario *sc)
     w->q = floats(tok * (size_t)dk, -1, 1);
     w->k = floats(tok * (size_t)dk, -1, 1);
     w->v = floats(tok * (size_t)dv, -1, 1);
-    w->g = floats(tok, -0.7f, 0);
+    const size_t ng = sc->other_gate == 1   ? (size_t)H
+                      : sc->other_gate == 2 ? tok * (size_t)dk
+                                            : tok;
+    w->g = floats(ng, -0.7f, 0);
     w->beta = floats(tok, 0, 1);
     w->o = malloc((tok * (size_t)dv + 1) * sizeof(float));
     memset(w->o, 0x7f, tok * (size_t)dv * sizeof(float));
@@ -99,7 +103,10 @@ static void world_make(world *w, const scenario *sc)
         linattn_config_init_step(&w->cfg, w->B, H, dk, dv);
     else
         linattn_config_init(&w->cfg, w->B, H, w->T, dk, dv);
-    linattn_config_set_gate(&w->cfg, sc->noncausal ? LINATTN_GATE_NONE : LINATTN_GATE_TOKEN);
+    linattn_config_set_gate(&w->cfg, sc->noncausal        ? LINATTN_GATE_NONE
+                                     : sc->other_gate == 1 ? LINATTN_GATE_HEAD
+                                     : sc->other_gate == 2 ? LINATTN_GATE_CHANNEL
+                                                           : LINATTN_GATE_TOKEN);
     w->cfg.causal = !sc->noncausal;
     w->cfg.z_compensated = sc->zc;
     w->cfg.num_threads = sc->threads;
@@ -172,13 +179,15 @@ static void ref_call(world *w, int64_t seq, int64_t a, int64_t n, int step, floa
     const int64_t b = w->sc.packed ? 0 : seq, t = (w->sc.packed ? w->cu[seq] : 0) + a;
     linattn_config c = w->cfg;
     c.batch = 1, c.seq_len = n, c.num_threads = 1;
-    const int64_t tq = (b * H * w->T + t) * dk, tv = (b * H * w->T + t) * dv, tg = b * H * w->T + t;
+    const int64_t tq = (b * H * w->T + t) * dk, tv = (b * H * w->T + t) * dv;
+    const int64_t tb = b * H * w->T + t; /* beta, and a token gate */
+    const int64_t tg = w->sc.other_gate == 1 ? 0 : w->sc.other_gate == 2 ? tq : tb;
     linattn_status st;
     if (w->sc.delta)
         st = step ? linattn_delta_step(&c, w->q + tq, w->k + tq, w->v + tv, w->g + tg,
-                                       w->beta + tg, w->o_ref + tv, S)
+                                       w->beta + tb, w->o_ref + tv, S)
                   : linattn_delta_forward(&c, w->q + tq, w->k + tq, w->v + tv, w->g + tg,
-                                          w->beta + tg, w->o_ref + tv, S);
+                                          w->beta + tb, w->o_ref + tv, S);
     else
         st = step ? linattn_step(&c, w->q + tq, w->k + tq, w->v + tv, w->g + tg, w->o_ref + tv,
                                  S, Z)
@@ -290,6 +299,23 @@ START_TEST(pool_matches_separate_calls)
     snprintf(what, sizeof what, "%s %s-first %s threads %d", delta ? "delta" : "additive",
              vfirst ? "V" : "K", packed ? "packed" : "batch", sc.threads);
     run_scenario(&sc, what);
+}
+END_TEST
+
+/* Gates HEAD and CHANNEL through pools (forwards and steps, K-first and
+ * V-first, both families) as the per-sequence calls give them. _i: bit 0
+ * delta, bit 1 V-first, bit 2 CHANNEL (else HEAD). */
+START_TEST(head_and_channel_gates_in_pools)
+{
+    const int delta = _i & 1, vfirst = _i >> 1 & 1, channel = _i >> 2 & 1;
+    for (int step = 0; step <= 1; step++) {
+        scenario sc = scenario_mixed(delta, vfirst, !step, step, 2);
+        sc.other_gate = channel ? 2 : 1;
+        char what[96];
+        snprintf(what, sizeof what, "%s gate %s %s-first %s", delta ? "delta" : "additive",
+                 channel ? "channel" : "head", vfirst ? "V" : "K", step ? "step" : "packed");
+        run_scenario(&sc, what);
+    }
 }
 END_TEST
 
@@ -1010,6 +1036,7 @@ static Suite *serve_suite(void)
     tcase_set_timeout(pool, 120);
     tcase_add_loop_test(pool, pool_matches_separate_calls, 0, 16);
     tcase_add_loop_test(pool, noncausal_pool_matches_separate_calls, 0, 8);
+    tcase_add_loop_test(pool, head_and_channel_gates_in_pools, 0, 8);
     tcase_add_loop_test(pool, compensated_z_pool_matches_separate_calls, 0, 8);
     tcase_add_loop_test(pool, batched_decode, 0, 4);
     tcase_add_loop_test(pool, snapshots_match_stepping, 0, 4);

@@ -34,8 +34,10 @@ static void use_table(void) { la_force_table(table); }
 typedef enum {
     DL_BHTD,  /* q, k [B][Hqk][T][dk]; v, o [B][H][T][dv]; g, beta [B][H][T](..) */
     DL_BTHD,  /* fla's [B][T][H][D] for everything, g and beta [B][T][H](..) */
-    DL_PACKED /* one [B][T][q heads | k heads | v heads] buffer; beta and a
-               * token gate interleaved in one [B][T][H][2] buffer */
+    DL_PACKED, /* one [B][T][q heads | k heads | v heads] buffer; beta and a
+                * token gate interleaved in one [B][T][H][2] buffer */
+    DL_BROADCAST /* strides 0: q and k one [T][dk] for every batch entry and
+                  * head, v [B][T][dv] for every head; the rest as BHTD */
 } delta_layout;
 
 typedef struct {
@@ -92,7 +94,7 @@ static const char *dspec_name(const dspec *sp)
     static const char *gates[] = {"none", "head", "token", "channel"};
     static const char *phis[] = {"elu1", "relu", "identity"};
     static const char *algos[] = {"auto", "chunked", "recurrent"};
-    static const char *layouts[] = {"bhtd", "bthd", "packed"};
+    static const char *layouts[] = {"bhtd", "bthd", "packed", "broadcast"};
     snprintf(buf, sizeof buf,
              "B=%lld H=%lld qk_heads=%lld(%s) T=%lld dk=%lld dv=%lld phi=%s l2norm=%d gate=%s "
              "algo=%s chunk=%lld state=%d unaligned=%d threads=%d layout=%s scale=%g "
@@ -177,6 +179,22 @@ static void dproblem_make(dproblem *p, const dspec *sp)
             else if (sp->gate == LINATTN_GATE_CHANNEL)
                 c->g = (linattn_strides){T * H * dk, dk, H * dk};
         }
+        break;
+    case DL_BROADCAST:
+        p->q = alloc_floats(p, (size_t)(T * dk));
+        p->k = alloc_floats(p, (size_t)(T * dk));
+        p->v = alloc_floats(p, (size_t)(B * T * dv));
+        p->beta = alloc_floats(p, nbt);
+        fill(p->q, (size_t)(T * dk), sp->q_lo, sp->q_hi);
+        fill(p->k, (size_t)(T * dk), sp->k_lo, sp->k_hi);
+        fill(p->v, (size_t)(B * T * dv), sp->v_lo, sp->v_hi);
+        fill(p->beta, nbt, sp->beta_lo, sp->beta_hi);
+        if (ng) {
+            p->g = alloc_floats(p, ng);
+            fill(p->g, ng, g_lo, g_hi);
+        }
+        c->q = c->k = (linattn_strides){0, 0, dk};
+        c->v = (linattn_strides){T * dv, 0, dv};
         break;
     case DL_PACKED: {
         const int64_t row = 2 * Hq * dk + H * dv;
@@ -544,6 +562,33 @@ START_TEST(grouped_heads)
     mq.qk_heads = 1;
     mq.gate = LINATTN_GATE_TOKEN;
     run_dspec(&mq);
+}
+END_TEST
+
+/* Broadcast inputs (strides 0: every head and batch entry reads one set of
+ * q/k rows, every head one v row per token): every gate and form, with
+ * grouped q/k heads too, and through steps. */
+START_TEST(broadcast_inputs)
+{
+    for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+        for (int algo = LINATTN_ALGO_CHUNKED; algo <= LINATTN_ALGO_RECURRENT; algo++) {
+            dspec sp = dspec_default(2, 4, 37, 17, 20);
+            sp.layout = DL_BROADCAST;
+            sp.gate = (linattn_gate)gate;
+            sp.algo = (linattn_algo)algo;
+            sp.qk_heads = algo == LINATTN_ALGO_CHUNKED ? 2 : 0;
+            sp.with_state = 1;
+            sp.threads = 1 + gate % 2;
+            run_dspec(&sp);
+            if (algo == LINATTN_ALGO_RECURRENT) {
+                dproblem p;
+                dproblem_make(&p, &sp);
+                for (int64_t t = 0; t < sp.T; t++)
+                    ck_assert_int_eq(step_at(&p, t), LINATTN_OK);
+                expect_matches_oracle(&p, "steps");
+                dproblem_free(&p);
+            }
+        }
 }
 END_TEST
 
@@ -1525,6 +1570,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, full_reset);
     tcase_add_test(oracle, grouped_heads);
     tcase_add_test(oracle, strided_layouts);
+    tcase_add_test(oracle, broadcast_inputs);
     tcase_add_test(oracle, unaligned_pointers);
     tcase_add_test(oracle, null_state);
     tcase_add_test(oracle, chunked_matches_recurrent);

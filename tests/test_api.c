@@ -494,7 +494,7 @@ START_TEST(gate_check_names_every_position)
                             const float keep = c.p.g[at];
                             c.p.g[at] = bad[which];
                             ck_assert_int_eq(problem_forward(&c.p), LINATTN_E_ARG);
-                            char want[96];
+                            char want[160]; /* four int64 and the value: room for the longest */
                             if (channel)
                                 snprintf(want, sizeof want, "g[b=%lld,h=%lld,t=%lld,c=%lld] = %s",
                                          (long long)b, (long long)h, (long long)t, (long long)ch,

@@ -151,6 +151,8 @@ BAD_CASE(bad_normalize, cfg->normalize = -1)
 BAD_CASE(bad_head_map, cfg->head_map = (linattn_head_map)5)
 BAD_CASE(bad_qk_heads, cfg->qk_heads = 3) /* does not divide heads = 2 */
 BAD_CASE(bad_l2norm, cfg->qk_l2norm = 2)
+BAD_CASE(bad_z_compensated, cfg->z_compensated = 2)
+BAD_CASE(negative_batch_stride, cfg->v.batch = -1)
 BAD_CASE(negative_eps, cfg->eps = -1e-6f)
 BAD_CASE(nan_eps, cfg->eps = NAN)
 BAD_CASE(inf_scale, cfg->scale = INFINITY)
@@ -217,6 +219,8 @@ static const bad_case bad_cases[] = {
     ENTRY(bad_head_map, NONE, LINATTN_E_ARG, "cfg->head_map = 5", NULL),
     ENTRY(bad_qk_heads, NONE, LINATTN_E_ARG, "cfg->qk_heads = 3", NULL),
     ENTRY(bad_l2norm, NONE, LINATTN_E_ARG, "cfg->qk_l2norm = 2", NULL),
+    ENTRY(bad_z_compensated, NONE, LINATTN_E_ARG, "cfg->z_compensated = 2", NULL),
+    ENTRY(negative_batch_stride, NONE, LINATTN_E_STRIDE, "cfg->v.batch = -1", NULL),
     ENTRY(negative_eps, NONE, LINATTN_E_ARG, "cfg->eps", NULL),
     ENTRY(nan_eps, NONE, LINATTN_E_ARG, "cfg->eps = nan", NULL),
     ENTRY(inf_scale, NONE, LINATTN_E_ARG, "cfg->scale = inf", NULL),

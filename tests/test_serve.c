@@ -923,6 +923,59 @@ START_TEST(snapshots_need_causal)
 }
 END_TEST
 
+/* linattn_run's own refusals, each with its status and a message naming
+ * the field: the call's arguments, the packed sequences, the pool's slots
+ * and z, a step given sequences. Nothing is written (expect_refused). */
+START_TEST(run_refusals_name_the_field)
+{
+    world w; /* additive (a pool with z), packed sequences */
+    scenario sc = scenario_mixed(0, 0, 1, 0, 1);
+    world_make(&w, &sc);
+    ck_assert_int_eq(linattn_run(world_op(&w), &w.cfg, NULL), LINATTN_E_NULL);
+    ck_assert_error_has("ops is NULL");
+    ck_assert_int_eq(linattn_run(world_op(&w), NULL, &w.ops), LINATTN_E_NULL);
+    ck_assert_error_has("cfg is NULL");
+    ck_assert_int_eq(linattn_run((linattn_op)99, &w.cfg, &w.ops), LINATTN_E_ARG);
+    ck_assert_error_has("op = 99");
+    w.ops.num_seqs = -1;
+    expect_refused(&w, LINATTN_E_SHAPE, "num_seqs = -1");
+    w.ops.num_seqs = sc.N;
+    w.cu[0] = 1;
+    expect_refused(&w, LINATTN_E_ARG, "cu_seqlens[0] = 1");
+    w.cu[0] = 0;
+    w.pool.snapshots = -1;
+    expect_refused(&w, LINATTN_E_ARG, "pool->snapshots = -1");
+    w.pool.snapshots = 0;
+    w.pool.slots = INT64_MAX;
+    expect_refused(&w, LINATTN_E_SHAPE, "s: the pool's");
+    w.pool.slots = sc.slots;
+    w.pool.z_slot = INT64_MAX / 4;
+    expect_refused(&w, LINATTN_E_SHAPE, "z: the pool's slots and z strides");
+    w.pool.z_slot = w.z_slot;
+    w.ops.s = NULL;
+    expect_refused(&w, LINATTN_E_NULL, "s is NULL: a state pool");
+    w.ops.s = w.s, w.ops.z = NULL;
+    expect_refused(&w, LINATTN_E_NULL, "z is NULL: a normalising call's pool needs z");
+    w.ops.z = w.z;
+    w.pool.read_slots = w.pool.write_slots = NULL, w.pool.slots = 2; /* sequence n in slot n */
+    expect_refused(&w, LINATTN_E_ARG, "read_slots is NULL, so it uses slot 2");
+    world_free(&w);
+
+    scenario batch = scenario_mixed(0, 0, 0, 0, 1); /* a batch: no cu_seqlens */
+    world_make(&w, &batch);
+    w.ops.num_seqs = 2;
+    expect_refused(&w, LINATTN_E_ARG, "num_seqs = 2 but cu_seqlens is NULL");
+    world_free(&w);
+
+    scenario step = scenario_mixed(1, 0, 0, 1, 1);
+    world_make(&w, &step);
+    int64_t cu[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    w.ops.cu_seqlens = cu, w.ops.num_seqs = 8;
+    expect_refused(&w, LINATTN_E_ARG, "cu_seqlens is given to a step");
+    world_free(&w);
+}
+END_TEST
+
 /* A step ignores causal's meaning but checks the flag, whichever way it
  * goes: a pool's step, its plan and the contiguous step (the fuzzer found
  * a plan taking causal = -1 that linattn_run refused). */
@@ -958,7 +1011,13 @@ START_TEST(plan_run_bad_ranges)
     ck_assert_error_has("outside the plan");
     ck_assert_int_eq(linattn_plan_run(p, -1, 1, ws), LINATTN_E_ARG);
     ck_assert_int_eq(linattn_plan_run(p, 0, 1, NULL), LINATTN_E_NULL);
+    ck_assert_error_has("workspace is NULL");
     ck_assert_int_eq(linattn_plan_run(p, 0, 1, (char *)ws + 4), LINATTN_E_ARG);
+    ck_assert_error_has("64-byte");
+    ck_assert_int_eq(linattn_plan_run(NULL, 0, 1, ws), LINATTN_E_NULL);
+    ck_assert_error_has("plan is NULL");
+    ck_assert_int_eq(linattn_plan_create(NULL, world_op(&w), &w.cfg, &w.ops), LINATTN_E_NULL);
+    ck_assert_error_has("plan is NULL");
     ck_assert_int_eq(linattn_plan_run(p, u, 0, ws), LINATTN_OK);
     free(ws);
     linattn_plan_destroy(p);
@@ -1056,6 +1115,7 @@ static Suite *serve_suite(void)
     tcase_add_loop_test(bad, bad_slots_and_seqlens, 0, 2);
     tcase_add_test(bad, bad_snapshot_slot_and_step_cu);
     tcase_add_test(bad, snapshots_need_causal);
+    tcase_add_test(bad, run_refusals_name_the_field);
     tcase_add_loop_test(bad, step_checks_causal_flag, 0, 2);
     tcase_add_test(bad, plan_run_bad_ranges);
     suite_add_tcase(s, bad);

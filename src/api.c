@@ -118,11 +118,20 @@ static linattn_status run(la_family family, int step, const linattn_config *cfg,
         return LINATTN_E_ISA;
     if (cfg && cfg->struct_size == sizeof *cfg) {
         const linattn_dtypes d = cfg->dtype;
-        if (d.q || d.k || d.v || d.beta || d.o || d.s || cfg->gate_act || cfg->beta_act)
-            return la_fail(LINATTN_E_ARG,
-                           "cfg->dtype, gate_act or beta_act is set: the float32 calls take "
-                           "float32 operands only; other types and activations go through "
-                           "linattn_run");
+        const struct {
+            const char *name;
+            int v;
+        } fields[] = {{"dtype.q", (int)d.q},   {"dtype.k", (int)d.k},
+                      {"dtype.v", (int)d.v},   {"dtype.beta", (int)d.beta},
+                      {"dtype.o", (int)d.o},   {"dtype.s", (int)d.s},
+                      {"gate_act", (int)cfg->gate_act}, {"beta_act", (int)cfg->beta_act}};
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+            if (fields[i].v != 0) /* the first one set, named */
+                return la_fail(LINATTN_E_ARG,
+                               "cfg->%s = %d: the float32 calls take float32 operands and no "
+                               "activations; other types and activations go through "
+                               "linattn_run",
+                               fields[i].name, fields[i].v);
     }
     linattn_operands ops;
     linattn_operands_init(&ops);

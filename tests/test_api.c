@@ -1413,7 +1413,10 @@ START_TEST(float32_calls_refuse_dtype_fields)
                 st = linattn_delta_step(&cfg, c.p.q, c.p.k, c.p.v, c.p.g, beta, c.p.o, c.p.s);
             }
             ck_assert_msg(st == LINATTN_E_ARG, "field %d call %d: %d", field, call, (int)st);
-            ck_assert_error_has(field <= 2 ? "cfg->dtype" : field == 3 ? "gate_act" : "beta_act");
+            static const char *names[5] = {"cfg->dtype.q = 1", "cfg->dtype.o = 2",
+                                           "cfg->dtype.s = 1", "cfg->gate_act = 1",
+                                           "cfg->beta_act = 1"};
+            ck_assert_error_has(names[field]); /* the field set, and its value */
             ck_assert_error_has("linattn_run");
             check_untouched(&c, "float32 call with a dtype field");
             bad_teardown(&c);

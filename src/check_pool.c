@@ -106,8 +106,10 @@ static linattn_status check_state_memory(const la_serve *sv)
                        (long long)sv->s_col);
     if (sv->z) {
         if (!range_of(sv->z, &lz, sizeof(float), &z))
-            return la_fail(LINATTN_E_SHAPE, "z: the pool's slots and z strides address more "
-                                            "bytes than fit in memory");
+            return la_fail(LINATTN_E_SHAPE,
+                           "z: the pool's %lld slots and strides (z_slot %lld, z_head %lld) "
+                           "address more bytes than fit in memory",
+                           (long long)sv->slots, (long long)sv->z_slot, (long long)sv->z_head);
         if (self_overlaps(&lz))
             return la_fail(LINATTN_E_OVERLAP,
                            "z: the pool's z strides (slot %lld, head %lld) let two (slot, head) "

@@ -950,7 +950,7 @@ START_TEST(run_refusals_name_the_field)
     expect_refused(&w, LINATTN_E_SHAPE, "s: the pool's");
     w.pool.slots = sc.slots;
     w.pool.z_slot = INT64_MAX / 4;
-    expect_refused(&w, LINATTN_E_SHAPE, "z: the pool's slots and z strides");
+    expect_refused(&w, LINATTN_E_SHAPE, "z_slot 2305843009213693951");
     w.pool.z_slot = w.z_slot;
     w.ops.s = NULL;
     expect_refused(&w, LINATTN_E_NULL, "s is NULL: a state pool");

@@ -207,8 +207,7 @@ const char *spec_name(const spec *sp)
              (long long)sp->B, (long long)sp->H, (long long)sp->T, (long long)sp->dk,
              (long long)sp->dv, phis[sp->phi], gates[sp->gate], algos[sp->algo], sp->causal,
              sp->normalize, sp->z_compensated, sp->l2norm, sp->with_state, sp->unaligned,
-             sp->threads,
-             (long long)sp->chunk, (int)sp->layout, sp->g_lo, sp->g_hi);
+             sp->threads, (long long)sp->chunk, (int)sp->layout, sp->g_lo, sp->g_hi);
     return buf;
 }
 

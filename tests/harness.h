@@ -25,8 +25,8 @@ typedef struct {
     int l2norm;     /* qk_l2norm */
     int with_state; /* random initial state (else s, z NULL: zero, not returned) */
     /* cfg.z_compensated: z is [B][H][2][dk], the sum and its compensation
-     * (random, small, at the start); the oracle starts from their sum and
-     * the final z + zc is compared with its z */
+     * (at the start random, up to a quarter of z); the oracle starts from
+     * their sum and the final z + zc is compared with its z */
     int z_compensated;
     int unaligned;  /* every pointer 4 bytes past a 64-byte boundary */
     int threads;

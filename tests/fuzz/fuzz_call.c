@@ -450,8 +450,8 @@ static void fuzz_fail(const call *c, const char *fmt, const char *detail, double
             linattn_isa_name(linattn_get_isa()), (long long)f->batch, (long long)f->heads,
             (long long)f->seq_len, (long long)f->dk, (long long)f->dv, f->phi, f->gate, f->algo,
             f->causal, f->normalize, f->z_compensated, (double)f->eps, (double)f->scale,
-            (long long)f->chunk,
-            f->num_threads, f->struct_size, (long long)c->qk_heads, c->head_map, c->qk_l2norm);
+            (long long)f->chunk, f->num_threads, f->struct_size, (long long)c->qk_heads,
+            c->head_map, c->qk_l2norm);
     fprintf(stderr,
             "  dtypes q %d k %d v %d beta %d o %d s %d; gate_act %d lower bound %g beta_act %d "
             "A_log mode %u dt_bias mode %u; serve %d\n", c->dt[BQ], c->dt[BK], c->dt[BV],
@@ -1315,7 +1315,7 @@ static void compare_slots(const call *c)
  * above a rounding error, so that a compensation dropped shows, far below
  * z, so that the sum keeps float's precision), in the data and in the
  * copy taken before the call. */
-static void rounding_sized_compensations(const call *c)
+static void small_compensations(const call *c)
 {
     const layout *l = &c->lay[BZ];
     const int64_t dk = c->cfg.dk;
@@ -1809,7 +1809,7 @@ static int run(const uint8_t *data, size_t size)
      * carry its own rounding into the sum, beyond what the reference
      * bounds) */
     if (fits && c.zc && c.used[BZ] && c.place[BZ] < 2 && c.ptr[BZ])
-        rounding_sized_compensations(&c);
+        small_compensations(&c);
     /* Unused s/z: pass NULL (the state-pair rules are about these). */
     for (int b = BS; b <= BZ; b++)
         if (!c.used[b] && c.place[b] != 3)

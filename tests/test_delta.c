@@ -364,6 +364,17 @@ static void run_dspec(const dspec *sp)
     dproblem_free(&p);
 }
 
+/* sp's whole sequence token by token through linattn_delta_step. */
+static void run_dspec_steps(const dspec *sp)
+{
+    dproblem p;
+    dproblem_make(&p, sp);
+    for (int64_t t = 0; t < sp->T; t++)
+        ck_assert_int_eq(step_at(&p, t), LINATTN_OK);
+    expect_matches_oracle(&p, "steps");
+    dproblem_free(&p);
+}
+
 /* ---- against the oracle --------------------------------------------------- */
 
 static const int64_t grid_T[] = {1, 2, 15, 16, 17, 63, 64, 65, 200, 1000};
@@ -549,13 +560,7 @@ START_TEST(grouped_heads)
                 sp.chunk = 16;
                 sp.with_state = 1;
                 run_dspec(&sp);
-
-                dproblem p;
-                dproblem_make(&p, &sp);
-                for (int64_t t = 0; t < sp.T; t++)
-                    ck_assert_int_eq(step_at(&p, t), LINATTN_OK);
-                expect_matches_oracle(&p, "steps");
-                dproblem_free(&p);
+                run_dspec_steps(&sp);
             }
     /* one q/k head for every value head (multi-query) */
     dspec mq = dspec_default(1, 4, 33, 17, 9);
@@ -580,14 +585,8 @@ START_TEST(broadcast_inputs)
             sp.with_state = 1;
             sp.threads = 1 + gate % 2;
             run_dspec(&sp);
-            if (algo == LINATTN_ALGO_RECURRENT) {
-                dproblem p;
-                dproblem_make(&p, &sp);
-                for (int64_t t = 0; t < sp.T; t++)
-                    ck_assert_int_eq(step_at(&p, t), LINATTN_OK);
-                expect_matches_oracle(&p, "steps");
-                dproblem_free(&p);
-            }
+            if (algo == LINATTN_ALGO_RECURRENT)
+                run_dspec_steps(&sp);
         }
 }
 END_TEST
@@ -733,12 +732,7 @@ START_TEST(steps_against_oracle)
             sp.threads = 1 + (int)(i % 3);
             if (gate == LINATTN_GATE_HEAD)
                 small_keys(&sp);
-            dproblem p;
-            dproblem_make(&p, &sp);
-            for (int64_t t = 0; t < sp.T; t++)
-                ck_assert_int_eq(step_at(&p, t), LINATTN_OK);
-            expect_matches_oracle(&p, "steps");
-            dproblem_free(&p);
+            run_dspec_steps(&sp);
         }
 }
 END_TEST

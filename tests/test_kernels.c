@@ -36,6 +36,38 @@ static void run_spec(const spec *sp)
     problem_free(&p);
 }
 
+/* p's whole sequence as two linattn_forward calls from the same buffers,
+ * the first of `split` tokens, carrying s and z from one to the other. */
+static void forward_in_two(problem *p, int64_t split)
+{
+    const linattn_config *c = &p->cfg;
+    linattn_config first = *c, second = *c;
+    first.seq_len = split, second.seq_len = c->seq_len - split;
+    const float *g2 = p->g && c->gate != LINATTN_GATE_HEAD ? p->g + split * c->g.token : p->g;
+    ck_assert_int_eq(linattn_forward(&first, p->q, p->k, p->v, p->g, p->o, p->s, p->z),
+                     LINATTN_OK);
+    ck_assert_int_eq(linattn_forward(&second, p->q + split * c->q.token,
+                                     p->k + split * c->k.token, p->v + split * c->v.token, g2,
+                                     p->o + split * c->o.token, p->s, p->z),
+                     LINATTN_OK);
+}
+
+/* p's whole sequence token by token through linattn_step (p's threads),
+ * from the state its s and z hold. */
+static void steps_through(problem *p)
+{
+    const linattn_config *c = &p->cfg;
+    linattn_config step = *c;
+    step.seq_len = 1;
+    for (int64_t t = 0; t < c->seq_len; t++) {
+        const float *g = p->g && c->gate != LINATTN_GATE_HEAD ? p->g + t * c->g.token : p->g;
+        ck_assert_int_eq(linattn_step(&step, p->q + t * c->q.token, p->k + t * c->k.token,
+                                      p->v + t * c->v.token, g, p->o + t * c->o.token, p->s,
+                                      p->z),
+                         LINATTN_OK);
+    }
+}
+
 /* Sizes below, at and above every vector width (4, 8, 16) and chunk size. */
 static const int64_t grid_T[] = {1, 2, 63, 64, 65, 1000};
 static const int64_t grid_d[][2] = {{1, 1}, {3, 17}, {16, 16}, {17, 3},   {64, 64},
@@ -138,15 +170,7 @@ START_TEST(scale_and_eps_against_oracle)
                         const size_t ns = (size_t)(2 * 17 * 20), nz = (size_t)(2 * 17);
                         memcpy(p.s, p.s_init, ns * sizeof(float));
                         memcpy(p.z, p.z_init, nz * sizeof(float));
-                        linattn_config step = p.cfg;
-                        step.seq_len = 1;
-                        for (int64_t t = 0; t < 70; t++)
-                            ck_assert_int_eq(
-                                linattn_step(&step, p.q + t * p.cfg.q.token,
-                                             p.k + t * p.cfg.k.token, p.v + t * p.cfg.v.token,
-                                             p.g ? p.g + t * p.cfg.g.token : NULL,
-                                             p.o + t * p.cfg.o.token, p.s, p.z),
-                                LINATTN_OK);
+                        steps_through(&p);
                         ck_assert_msg(problem_error(&p) <= 1.0, "steps, scale %g eps 0.5: %s",
                                       (double)p.cfg.scale, spec_name(&sp));
                     }
@@ -407,19 +431,7 @@ START_TEST(state_carried_across_calls)
             sp.algo = i % 2 ? LINATTN_ALGO_RECURRENT : LINATTN_ALGO_AUTO;
             problem p;
             problem_make(&p, &sp);
-            /* first piece, then the rest from the same buffers */
-            linattn_config first = p.cfg, second = p.cfg;
-            first.seq_len = split;
-            second.seq_len = T - split;
-            const float *g2 =
-                p.g ? p.g + (gate == LINATTN_GATE_HEAD ? 0 : split * p.cfg.g.token) : NULL;
-            ck_assert_int_eq(linattn_forward(&first, p.q, p.k, p.v, p.g, p.o, p.s, p.z),
-                             LINATTN_OK);
-            ck_assert_int_eq(linattn_forward(&second, p.q + split * p.cfg.q.token,
-                                             p.k + split * p.cfg.k.token,
-                                             p.v + split * p.cfg.v.token, g2,
-                                             p.o + split * p.cfg.o.token, p.s, p.z),
-                             LINATTN_OK);
+            forward_in_two(&p, split);
             const double e = problem_error(&p);
             ck_assert_msg(e <= 1.0, "split at %lld: %s: %.3g", (long long)split, spec_name(&sp), e);
             problem_free(&p);
@@ -443,20 +455,7 @@ START_TEST(steps_against_oracle)
                 sp.threads = 1 + (int)(i % 2);
                 problem p;
                 problem_make(&p, &sp);
-                linattn_config step = p.cfg;
-                step.seq_len = 1;
-                /* one token per (b, h) from the [B][H][T][D] buffers */
-                step.o = p.cfg.o;
-                for (int64_t t = 0; t < T; t++) {
-                    const float *g = p.g;
-                    if (gate == LINATTN_GATE_TOKEN || gate == LINATTN_GATE_CHANNEL)
-                        g += t * p.cfg.g.token;
-                    const linattn_status st = linattn_step(
-                        &step, p.q + t * p.cfg.q.token, p.k + t * p.cfg.k.token,
-                        p.v + t * p.cfg.v.token, gate ? g : NULL, p.o + t * p.cfg.o.token,
-                        p.s, p.z);
-                    ck_assert_int_eq(st, LINATTN_OK);
-                }
+                steps_through(&p); /* one token per (b, h) from the [B][H][T][D] buffers */
                 const double e = problem_error(&p);
                 ck_assert_msg(e <= 1.0, "steps: %s: %.3g", spec_name(&sp), e);
                 problem_free(&p);
@@ -568,17 +567,8 @@ START_TEST(steps_threads_bitwise_equal)
             for (int threads = 1; threads <= 3; threads++) {
                 memcpy(p.s, p.s_init, ns * sizeof(float));
                 memcpy(p.z, p.z_init, nz * sizeof(float));
-                linattn_config step = p.cfg;
-                step.seq_len = 1, step.num_threads = threads;
-                for (int64_t t = 0; t < T; t++)
-                    ck_assert_int_eq(linattn_step(&step, p.q + t * p.cfg.q.token,
-                                                  p.k + t * p.cfg.k.token,
-                                                  p.v + t * p.cfg.v.token,
-                                                  p.g && gate != LINATTN_GATE_HEAD
-                                                      ? p.g + t * p.cfg.g.token
-                                                      : p.g,
-                                                  p.o + t * p.cfg.o.token, p.s, p.z),
-                                     LINATTN_OK);
+                p.cfg.num_threads = threads;
+                steps_through(&p);
                 if (threads == 1) {
                     o1 = copy_floats(p.o, no), s1 = copy_floats(p.s, ns);
                     z1 = copy_floats(p.z, nz);
@@ -638,40 +628,16 @@ START_TEST(z_compensated_against_oracle)
                                       "o, s or z differs with 3 threads: %s", spec_name(&sp));
                     }
                     if (causal && T > 1) { /* the same sequence in two calls */
-                        const int64_t split = T / 2;
                         memcpy(p.s, p.s_init, ns * sizeof(float));
                         memcpy(p.z, z0, nz * sizeof(float));
-                        linattn_config first = p.cfg, second = p.cfg;
-                        first.seq_len = split, second.seq_len = T - split;
-                        const float *g2 = p.g && gate != LINATTN_GATE_HEAD
-                                              ? p.g + split * p.cfg.g.token
-                                              : p.g;
-                        ck_assert_int_eq(
-                            linattn_forward(&first, p.q, p.k, p.v, p.g, p.o, p.s, p.z),
-                            LINATTN_OK);
-                        ck_assert_int_eq(linattn_forward(&second, p.q + split * p.cfg.q.token,
-                                                         p.k + split * p.cfg.k.token,
-                                                         p.v + split * p.cfg.v.token, g2,
-                                                         p.o + split * p.cfg.o.token, p.s, p.z),
-                                         LINATTN_OK);
+                        forward_in_two(&p, T / 2);
                         ck_assert_msg(problem_error(&p) <= 1.0, "in two calls: %s",
                                       spec_name(&sp));
                     }
                     if (causal && algo == LINATTN_ALGO_AUTO) { /* token by token */
                         memcpy(p.s, p.s_init, ns * sizeof(float));
                         memcpy(p.z, z0, nz * sizeof(float));
-                        linattn_config step = p.cfg;
-                        step.seq_len = 1;
-                        for (int64_t t = 0; t < T; t++) {
-                            const float *g = p.g && gate != LINATTN_GATE_HEAD
-                                                 ? p.g + t * p.cfg.g.token
-                                                 : p.g;
-                            ck_assert_int_eq(linattn_step(&step, p.q + t * p.cfg.q.token,
-                                                          p.k + t * p.cfg.k.token,
-                                                          p.v + t * p.cfg.v.token, g,
-                                                          p.o + t * p.cfg.o.token, p.s, p.z),
-                                             LINATTN_OK);
-                        }
+                        steps_through(&p);
                         ck_assert_msg(problem_error(&p) <= 1.0, "steps: %s", spec_name(&sp));
                     }
                     free(z0), free(o1), free(s1), free(z1);

@@ -1012,8 +1012,8 @@ static int same_but_nans(linattn_dtype t, const void *x, const void *y, int64_t 
 {
     if (memcmp(x, y, (size_t)n * 4) == 0)
         return 1;
-    const int64_t elems = t == LINATTN_BF16 || t == LINATTN_F16 ? 2 * n : n;
-    const size_t size = elems == n ? 4 : 2;
+    const size_t size = (size_t)elem_bytes(t);
+    const int64_t elems = n * 4 / (int64_t)size;
     for (int64_t i = 0; i < elems; i++)
         if (memcmp((const uint8_t *)x + i * size, (const uint8_t *)y + i * size, size) != 0 &&
             !(isnan(read_typed(t, x, i)) && isnan(read_typed(t, y, i))))

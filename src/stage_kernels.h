@@ -75,28 +75,65 @@ static void stage_store(linattn_dtype t, const float *x, int64_t n, void *y)
     }
 }
 
-/* Converted, then phi and the sum of squares in one pass over the row
- * (in L1), then the norm. */
-static void stage_features(linattn_dtype t, const void *x, int64_t dk, linattn_phi phi,
-                           int l2norm, float *out)
+/* LA_VW elements of row x from element c, widened to floats. */
+LA_INLINE la_vf stage_widen(linattn_dtype t, const void *x, int64_t c)
 {
-    if (t != LINATTN_F32 || phi != LINATTN_PHI_IDENTITY || l2norm) {
-        stage_load(t, x, dk, out);
-        x = out;
-    }
-    const float *in = x;
+    return t == LINATTN_BF16  ? vf_widen_bf16((const uint16_t *)x + c)
+           : t == LINATTN_F16 ? vf_widen_f16((const uint16_t *)x + c)
+                              : vf_load((const float *)x + c);
+}
+
+/* stage_features with the type and phi constants: each vector widened,
+ * mapped and stored in one pass (no float copy of the row first), the sum
+ * of squares only for the norm. A bfloat16 additive forward (q, k, v, o;
+ * dk = 64, T = 1024, one head, Zen 4) over its float32 twin: elu+1
+ * 1.11-1.14x -> 1.08x, identity 1.13-1.15x -> 1.08-1.09x. */
+LA_INLINE void stage_features_as(linattn_dtype t, const void *x, int64_t dk, linattn_phi phi,
+                                 int l2norm, float *out)
+{
     la_vf ss = vf_zero();
-    for (int64_t c = 0; c < dk; c += LA_VW) {
-        const la_vf y = vf_phi(phi, vf_loadn(in + c, dk - c));
-        vf_storen(out + c, y, dk - c);
+    int64_t c = 0;
+    for (; c + LA_VW <= dk; c += LA_VW) {
+        const la_vf y = vf_phi(phi, stage_widen(t, x, c));
+        vf_store(out + c, y);
+        if (l2norm)
+            ss = vf_fma(y, y, ss);
+    }
+    if (c < dk) {
+        const int64_t w = dk - c;
+        if (t != LINATTN_F32) /* the tail one element at a time (half.h), then as floats */
+            stage_load(t, (const uint16_t *)x + c, w, out + c);
+        const la_vf y = vf_phi(phi, vf_loadn(t != LINATTN_F32 ? out + c : (const float *)x + c, w));
+        vf_storen(out + c, y, w);
         /* lanes past dk: phi(0) may be 1 (elu+1); keep them out of the sum */
-        ss = vf_fma(vf_keep(y, dk - c), y, ss);
+        ss = vf_fma(vf_keep(y, w), y, ss);
     }
     if (!l2norm)
         return;
     const la_vf inv = vf_set1((float)(1.0 / sqrt((double)vf_hsum(ss) + 1e-6)));
-    for (int64_t c = 0; c < dk; c += LA_VW)
+    for (c = 0; c < dk; c += LA_VW)
         vf_storen(out + c, vf_mul(inv, vf_loadn(out + c, dk - c)), dk - c);
+}
+
+LA_INLINE void stage_features_phi(linattn_dtype t, const void *x, int64_t dk, linattn_phi phi,
+                                  int l2norm, float *out)
+{
+    switch (phi) {
+    case LINATTN_PHI_ELU1: stage_features_as(t, x, dk, LINATTN_PHI_ELU1, l2norm, out); break;
+    case LINATTN_PHI_RELU: stage_features_as(t, x, dk, LINATTN_PHI_RELU, l2norm, out); break;
+    default: stage_features_as(t, x, dk, LINATTN_PHI_IDENTITY, l2norm, out); break;
+    }
+}
+
+/* phi of a q or k row, converted to float, and its L2 norm if asked. */
+static void stage_features(linattn_dtype t, const void *x, int64_t dk, linattn_phi phi,
+                           int l2norm, float *out)
+{
+    switch (t) {
+    case LINATTN_BF16: stage_features_phi(LINATTN_BF16, x, dk, phi, l2norm, out); break;
+    case LINATTN_F16: stage_features_phi(LINATTN_F16, x, dk, phi, l2norm, out); break;
+    default: stage_features_phi(LINATTN_F32, x, dk, phi, l2norm, out); break;
+    }
 }
 
 LA_INLINE la_vf stage_gate_one(linattn_gate_act act, la_vf x, la_vf a_exp, la_vf lb)

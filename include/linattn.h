@@ -183,7 +183,8 @@ LINATTN_API linattn_status linattn_forward(const linattn_config *cfg, const floa
 
 /* One decode step: one token per (b, h), addressed by the batch and head
  * strides (seq_len and token strides ignored). s required, and z when
- * normalising. Never allocates. */
+ * normalising. Its workspace is on the stack up to dk = dv = 400; a larger
+ * head allocates it once per call (linattn_plan_run never allocates). */
 LINATTN_API linattn_status linattn_step(const linattn_config *cfg, const float *q,
                                         const float *k, const float *v, const float *g,
                                         float *o, float *s, float *z);

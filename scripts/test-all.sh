@@ -5,9 +5,10 @@
 #      reported as skipped), the SIMDe build of the AVX-512 table, dispatch
 #      (LINATTN_ISA forcing, QEMU-emulated CPUs), the installed tree, the
 #      fuzz corpus replayed and the threads test;
-#   2. the kernels, delta, api, dispatch, tools, fuzz-corpus and threads
-#      suites under AddressSanitizer + UBSan, built at -O1; the SIMDe table
-#      only on CPUs without AVX-512 (its ASan build alone takes minutes);
+#   2. the kernels, delta, api, dispatch, tools, fuzz-corpus, threads, serve
+#      and dtypes suites under AddressSanitizer + UBSan, built at -O1; the
+#      SIMDe table only on CPUs without AVX-512 (its ASan build alone takes
+#      minutes);
 #   3. ThreadSanitizer over thread counts and concurrent calls (scripts/tsan.sh);
 #   4. the fuzzer, 30 s per table this CPU can run (scripts/fuzz.sh; pass
 #      FUZZ_SECONDS to change);

@@ -241,7 +241,9 @@ typedef struct {
 } head_job;
 
 /* The token loop's workspace (z compensation, one token's panels) is on
- * the stack when it fits: steps and short AUTO calls do not allocate. */
+ * the stack when it fits (dk = dv up to 400; 336 for a short call that
+ * normalises without the caller's compensation): steps and short AUTO
+ * calls of such heads do not allocate. */
 enum { STEP_STACK_BYTES = 8192 };
 
 static void run_head(const head_job *j, int64_t i, int tid)

@@ -39,8 +39,8 @@ typedef struct la_head {
      * speculative token's snapshot); never written. */
     const void *s_from;
     /* delta recurrent only: s is the kernels' packed copy of the columns
-     * the call works on (la_delta_ops.pack), in tiles of pack_tile columns
-     * (rows that plus the table's pad apart) */
+     * the call works on (pack.h), in tiles of pack_tile columns (rows
+     * that plus the table's la_delta_ops.pack_pad apart) */
     int s_packed;
     int64_t pack_tile;
     /* delta recurrent only: the state the caller works on next, laid out

@@ -19,11 +19,12 @@
  * working copy, and the argument check's scan of the gate values) is each
  * table's la_stage_ops, written once in stage_kernels.h against the ISA
  * vocabulary; this file's la_stage_in/la_stage_out drive the input side,
- * plan.c the transposes, check.c the scan.
+ * plan.c and delta_driver.c the transposes, check.c the scan.
  *
- * A new input type is a case in stage_kernels.h's load/store and four
- * vocabulary words; a new activation is a case in its gate or beta op and a
- * check in check.c. */
+ * A new input type is a case in stage_kernels.h's load, store, widen and
+ * features and two vocabulary words, vf_widen_X and vf_narrow_X (the
+ * other places: docs/architecture.md); a new activation is a case in its
+ * gate or beta op and a check in check.c. */
 #ifndef LINATTN_STAGE_H
 #define LINATTN_STAGE_H
 

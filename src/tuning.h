@@ -33,10 +33,11 @@ typedef struct la_tuning {
     int64_t additive_chunk[2][LA_GATES];
     int64_t delta_chunk[2][LA_GATES];
     /* The delta recurrent forward works on a packed copy of a unit's state
-     * columns (la_delta_ops.pack: each register tile's rows contiguous, so
-     * a tile the size of L1 maps onto all of its sets) in calls of at least
-     * this many tokens; LA_TUNE_NEVER: on the state where it lies. The
-     * copy changes no arithmetic: results are the same bits either way. */
+     * columns (pack.h, with la_delta_ops.pack_tile and pack_pad: each
+     * register tile's rows contiguous, so a tile the size of L1 maps onto
+     * all of its sets) in calls of at least this many tokens;
+     * LA_TUNE_NEVER: on the state where it lies. The copy changes no
+     * arithmetic: results are the same bits either way. */
     int64_t delta_pack_from_T;
     /* Value columns per register tile on that copy, rounded up to whole
      * vectors, at most the table's packed tile; 0: the table's. A tile of
@@ -109,7 +110,8 @@ static inline int64_t la_tuned_chunk(const int64_t chunk[2][LA_GATES], int64_t d
     return chunk[dk > 64 || dv > 64][gate];
 }
 
-/* cpu.c: the entry key of this CPU (vendor, family, model). */
+/* cpu.c: the entry key of this CPU (vendor and family; for Intel, whether
+ * AVX-512 is usable). */
 la_uarch la_cpu_uarch(void);
 
 #endif

@@ -10,6 +10,8 @@
  *  - a call the contract says must fail (bad shape, stride, enum, value,
  *    NULL, overlap...) fails; a plainly valid one succeeds;
  *  - on failure not one byte of any buffer changed;
+ *  - the padding between a pool's states (padded or reordered strides) is
+ *    neither read (NaN, and poisoned under ASan) nor written;
  *  - on success nothing outside o and the state changed, the outputs agree
  *    with reference.c within its error bound (and so are finite, but for a
  *    16-bit value past its type's range: the infinity of its sign) whenever
@@ -414,6 +416,10 @@ typedef struct {
      * head's z is [2][dk], the normaliser then its compensation */
     int zc;
     linattn_state_pool pool;
+    int vfirst; /* the pool's natural order: V-first (row 1, col dk), else K-first */
+    /* the pool's strides (the byte after z_compensated's): see decode_pool_strides */
+    unsigned pool_strides;
+    int pool_byte; /* that byte was in the input */
     int32_t rd[8], wr[8], snap[8 * 4];
     int64_t cu[6], nseq;
     unsigned regime[NBUF];
@@ -429,6 +435,8 @@ typedef struct {
     unsigned alog_mode, bias_mode;
     float *A_log, *dt_bias; /* malloc'd (ASan sees their bounds), or NULL */
     char why[160];
+    int reasons;                /* fail_reason calls */
+    linattn_status pool_want;   /* the status a refusal of the pool's strides alone gets */
 } call;
 
 static void fail_reason(call *c, const char *what)
@@ -436,7 +444,19 @@ static void fail_reason(call *c, const char *what)
     if (!c->must_fail)
         snprintf(c->why, sizeof c->why, "%s", what);
     c->must_fail = 1;
+    c->reasons++;
 }
+
+/* A refusal the pool's strides make: when it is the only reason, the
+ * status must be `want` and the message must name the pool. */
+static void pool_refusal(call *c, const char *what, linattn_status want)
+{
+    fail_reason(c, what);
+    c->pool_want = want;
+}
+
+/* The call's state is a pool (forms 2 to 4, packed sequences with one). */
+static int uses_pool(const call *c) { return (c->serve >= 2 && c->serve <= 4) || c->packed_pool; }
 
 static void fuzz_fail(const call *c, const char *fmt, const char *detail, double x, double y)
 {
@@ -745,7 +765,8 @@ static void config_rules(call *c)
      * the strides a call ignores (step's token strides) must be accepted. */
     for (int b = 0; b < NBUF; b++)
         for (int i = 0; i < 4 && c->used[b]; i++)
-            if (c->lay[b].n[i] == 1 && c->lay[b].st[i] < 0 && !(step && i == 2))
+            if (c->lay[b].n[i] == 1 && c->lay[b].st[i] < 0 && !(step && i == 2) &&
+                !(uses_pool(c) && (b == BS || b == BZ))) /* a pool's: pool_stride_rules */
                 c->ambiguous = 1;
     /* Unused pointers: NULL, or garbage that must not be touched. An unused
      * g is documented as NULL, so anything else there may be refused. */
@@ -755,7 +776,10 @@ static void config_rules(call *c)
 
 /* ---- memory model for real mode ---------------------------------------- */
 
-enum { M_IN = 1, M_O = 2, M_OO = 4, M_S = 8, M_Z = 16 };
+/* M_OO, M_SS, M_ZZ: o, s or z reaches the unit twice; M_PAD: the padding
+ * between a pool's states, filled with PAD_UNIT and poisoned for the call */
+enum { M_IN = 1, M_O = 2, M_OO = 4, M_S = 8, M_Z = 16, M_SS = 32, M_ZZ = 64, M_PAD = 128 };
+#define PAD_UNIT 0x7FA5 /* a NaN as bfloat16, and two as float32: a read shows */
 
 typedef struct {
     alloc *a;
@@ -770,8 +794,8 @@ static void mark_one(void *p, int64_t off, const int64_t idx[4])
     mark_ctx *m = p;
     for (int64_t j = 0; j < m->halves; j++) {
         uint8_t *x = &m->a->marks[m->base + off * m->halves + j];
-        if (m->bit == M_O && (*x & M_O) && j == 0)
-            *x |= M_OO;
+        if (j == 0 && (*x & m->bit) && (m->bit & (M_O | M_S | M_Z)))
+            *x |= m->bit == M_O ? M_OO : m->bit == M_S ? M_SS : M_ZZ;
         *x |= m->bit;
     }
 }
@@ -819,8 +843,30 @@ static void probe_features(void)
 
 static alloc allocs[NBUF];
 
-/* The call's state is a pool (forms 2 to 4, packed sequences with one). */
-static int uses_pool(const call *c) { return (c->serve >= 2 && c->serve <= 4) || c->packed_pool; }
+/* Poisons (on) or unpoisons the M_PAD units for AddressSanitizer: a read
+ * of padding is reported (8-byte granules: where the padding covers one). */
+static void pads_poison(int on)
+{
+    for (int b = 0; b < NBUF; b++) {
+        const alloc *a = &allocs[b];
+        for (int64_t i = 0; a->block && i < a->n * 2;) {
+            if (!(a->marks[i] & M_PAD)) {
+                i++;
+                continue;
+            }
+            int64_t j = i;
+            while (j < a->n * 2 && (a->marks[j] & M_PAD))
+                j++;
+            uint8_t *p = (uint8_t *)a->data + i * 2;
+            if (on)
+                POISON(p, (size_t)(j - i) * 2);
+            else
+                UNPOISON(p, (size_t)(j - i) * 2);
+            i = j;
+        }
+    }
+}
+
 static _Alignas(64) uint8_t cfg_block[sizeof(linattn_config) + 64];
 
 static const char *last_error_text(void)
@@ -858,11 +904,13 @@ static void plan_refusals(const call *c, const linattn_plan *plan, int64_t units
     if (linattn_plan_run(NULL, 0, 0, ws) != LINATTN_E_NULL)
         fuzz_fail(c, "%s", "linattn_plan_run(NULL) did not return LINATTN_E_NULL", 0, 0);
     free(ws);
+    pads_poison(0);
     for (int b = 0; b < NBUF; b++) {
         const alloc *a = &allocs[b];
         if (a->block && memcmp(a->before, a->data, (size_t)a->n * 4) != 0)
             fuzz_fail(c, "memory of %s changed by a refused linattn_plan_run", buf_names[b], 0, 0);
     }
+    pads_poison(1);
 }
 
 /* Ranges of a plan's units run in turn on one thread, each with a
@@ -1067,6 +1115,15 @@ static int64_t state_index(const call *c, int64_t b, int64_t h, int64_t i)
     return b * p->slot + h * p->head + i / f->dv * p->row + i % f->dv * p->col;
 }
 
+/* Element i of the z of (b, h) (with z_compensated, 2 dk of them): as
+ * state_index, through the pool's z strides. */
+static int64_t z_index(const call *c, int64_t b, int64_t h, int64_t i)
+{
+    if (!uses_pool(c))
+        return (b * c->cfg.heads + h) * c->cfg.dk * (1 + c->zc) + i;
+    return b * c->pool.z_slot + h * c->pool.z_head + i;
+}
+
 /* Bits of element i of buffer x: as the call left it, and as it was before. */
 static int unchanged(const call *c, int x, int64_t i)
 {
@@ -1136,8 +1193,7 @@ static void head_ref_run(const call *c, head_ref *r, int64_t b, int64_t h, int64
     }
     float *zsum = NULL; /* with z_compensated: z + its compensation */
     if (c->used[BZ] && from >= 0) {
-        const int64_t zd = dk * (1 + c->zc);
-        z0 = (const float *)allocs[c->host[BZ]].before + c->offset[BZ] + (from * H + h) * zd;
+        z0 = (const float *)allocs[c->host[BZ]].before + c->offset[BZ] + z_index(c, from, h, 0);
         if (c->zc) {
             zsum = malloc(sizeof(float) * (size_t)dk);
             for (int64_t i = 0; i < dk; i++)
@@ -1224,7 +1280,7 @@ static void check_state(const call *c, const head_ref *r, int64_t slot, int64_t 
     }
     if (!r->rc.normalize || !c->used[BZ])
         return;
-    const float *z = c->ptr[BZ] + (slot * f->heads + h) * dk * (1 + c->zc);
+    const float *z = c->ptr[BZ] + z_index(c, slot, h, 0);
     for (int64_t i = 0; i < dk; i++) {
         const double tol = 2 * (r->gamma * r->z[i].a + r->z[i].m + r->out.flush_z) + 1e-37;
         const double got = (double)z[i] + (c->zc ? (double)z[dk + i] : 0.0);
@@ -1305,7 +1361,7 @@ static void compare_slots(const call *c)
                               (double)s, (double)i);
             const int64_t zd = f->dk * (1 + c->zc);
             for (int64_t i = 0; c->used[BZ] && i < zd; i++)
-                if (!unchanged(c, BZ, (s * H + h) * zd + i))
+                if (!unchanged(c, BZ, z_index(c, s, h, i)))
                     fuzz_fail(c, "%s %g changed (element %g)", "z of a slot no sequence writes:",
                               (double)s, (double)i);
         }
@@ -1397,8 +1453,8 @@ static void decode_serve(reader *r, call *c)
      * V-first pool under form 2 was compared as K-first: a false finding) */
     if (c->serve == 4 && !(B >= 1 && B <= 8))
         c->serve = 2;
-    const int vfirst = c->serve == 3 || (c->serve == 4 && (m & 64));
-    c->pool = pool_of(c, B, vfirst);
+    c->vfirst = c->serve == 3 || (c->serve == 4 && (m & 64));
+    c->pool = pool_of(c, B, c->vfirst);
     if (c->serve == 4 && B >= 1 && B <= 8) {
         const unsigned use = u8(r);
         const int64_t Ks[8] = {0, 0, 1, 2, 4, -1, 1, 3};
@@ -1441,7 +1497,8 @@ static void decode_packed_pool(reader *r, call *c)
         return;
     const linattn_config *f = &c->cfg;
     c->packed_pool = 1;
-    c->pool = pool_of(c, c->nseq + (m & 2 ? 2 : 0), (m & 4) != 0);
+    c->vfirst = (m & 4) != 0;
+    c->pool = pool_of(c, c->nseq + (m & 2 ? 2 : 0), c->vfirst);
     const int64_t Ks[8] = {0, 1, 2, 3, 4, -1, 1, 2};
     decode_slot_maps(r, c, c->nseq, m & 8, m & 16, Ks[m >> 5]);
     /* the pool in an allocation of its own (z too where the call needs it) */
@@ -1467,6 +1524,95 @@ static void decode_zc(reader *r, call *c)
     const int64_t H = f->heads, zd = wmul(2, f->dk);
     c->lay[BZ] = (layout){{c->lay[BZ].n[0], H, zd, 1}, {wmul(H, zd), zd, 1, 0}};
     c->pool.z_slot = wmul(H, zd), c->pool.z_head = zd;
+}
+
+/* A pool's strides as engines keep them (the byte b after z_compensated's;
+ * absent or 0: the natural ones, pool_of's). b & 7, the state's: 0
+ * natural; 1 slot stride padded; 2 head stride padded; 3 rows padded (a
+ * K-first row stride past dv, a V-first column stride past dk: ld); 4 all
+ * three; 5 heads outer, [H][slots] (slot stride a head's size, head
+ * stride slots of them, with bit 7 padded); 6 heads interleaved along the
+ * columns (head stride 1: neither row nor column stride is 1; bit 7 pads
+ * the slot stride); 7 strides to refuse, or not, by shape: kind
+ * (b >> 3 & 3) + 4 * bit 7 is 0 heads overlapping (head stride a head's
+ * size - 1), 1 slots overlapping (likewise), 2 slot stride 0, 3 rows
+ * overlapping (ld - 1), 4 heads outer with the last slot of a head on the
+ * next head, 5 head stride 2 and slot stride 3 heads' sizes (interleaved:
+ * refused by the library's conservative rule, colliding from 4 heads and
+ * 3 slots), 6 head stride -1, 7 slot stride -1. The pad is 1, 2, 3 or 5
+ * elements (b >> 3 & 3). b >> 5 & 3, z's: 0 natural, 1 padded (head and
+ * slot strides), 2 heads outer (bit 7: padded), 3 heads overlapping
+ * (z_head one short; bit 7: -1, refused only where z is in effect). */
+static void decode_pool_strides(reader *r, call *c)
+{
+    c->pool_byte = r->i < r->n;
+    const unsigned b = u8(r);
+    if (!uses_pool(c))
+        return;
+    c->pool_strides = b;
+    const linattn_config *f = &c->cfg;
+    linattn_state_pool *p = &c->pool;
+    const int64_t H = f->heads, dk = f->dk, dv = f->dv, S = c->lay[BS].n[0];
+    const int64_t pads[4] = {1, 2, 3, 5}, pad = pads[b >> 3 & 3];
+    const int v = (int)(b >> 7);
+    /* ld: the stride of a K-first row or a V-first column; nl of them a head */
+    const int64_t nat_ld = c->vfirst ? dk : dv, nl = c->vfirst ? dv : dk;
+    int64_t ld = nat_ld, hs = wmul(nl, nat_ld), head = hs, slot = wmul(H, hs);
+    switch (b & 7) {
+    case 1: slot = wadd(slot, pad); break;
+    case 2: head = wadd(hs, pad), slot = wmul(H, head); break;
+    case 3: case 4:
+        ld = wadd(nat_ld, pad), head = hs = wmul(nl, ld);
+        if ((b & 7) == 4)
+            head = wadd(hs, pad);
+        slot = wadd(wmul(H, head), (b & 7) == 4 ? pad : 0);
+        break;
+    case 5: slot = hs, head = wadd(wmul(S, hs), v ? pad : 0); break;
+    case 6: slot = wadd(slot, v ? pad : 0), head = 1, ld = wmul(nat_ld, H); break;
+    case 7:
+        switch ((b >> 3 & 3) | v << 2) {
+        case 0: head = wadd(hs, -1), slot = wmul(H, hs); break;
+        case 1: slot = wadd(slot, -1); break;
+        case 2: slot = 0; break;
+        case 3: ld = wadd(nat_ld, -1), head = hs = wmul(nl, ld), slot = wmul(H, hs); break;
+        case 4: slot = hs, head = wmul(wadd(S, -1), hs); break;
+        case 5: head = wmul(2, hs), slot = wmul(3, hs); break;
+        case 6: head = -1; break;
+        default: slot = -1;
+        }
+        break;
+    default: break;
+    }
+    /* heads interleaved: element (i, j) of head h at (i * dv + j) * H + h,
+     * V-first (j * dk + i) * H + h */
+    const int64_t unit = (b & 7) == 6 ? H : 1;
+    p->slot = slot, p->head = head;
+    p->row = c->vfirst ? unit : ld, p->col = c->vfirst ? ld : unit;
+    const int64_t zd = wmul(dk, 1 + c->zc);
+    int64_t z_head = zd, z_slot = wmul(H, zd);
+    switch (b >> 5 & 3) {
+    case 1: z_head = wadd(zd, pad), z_slot = wadd(wmul(H, z_head), pad); break;
+    case 2: z_slot = zd, z_head = wadd(wmul(S, zd), v ? pad : 0); break;
+    case 3: z_head = v ? -1 : wadd(zd, -1); break;
+    default: break;
+    }
+    p->z_slot = z_slot, p->z_head = z_head;
+    c->lay[BS] = (layout){{S, H, dk, dv}, {p->slot, p->head, p->row, p->col}};
+    c->lay[BZ] = (layout){{S, H, zd, 1}, {z_slot, z_head, 1, 0}};
+}
+
+/* The pool's strides (check_pool.c): every one of them negative is
+ * refused (z's where z is in effect), whatever the extent of its
+ * dimension. Aliasing is found on the marks, in run(). */
+static void pool_stride_rules(call *c)
+{
+    if (!uses_pool(c))
+        return;
+    const linattn_state_pool *p = &c->pool;
+    const int z = c->kind < KIND_DELTA_FORWARD && c->cfg.normalize == 1;
+    if (p->slot < 0 || p->head < 0 || p->row < 0 || p->col < 0 ||
+        (z && (p->z_slot < 0 || p->z_head < 0)))
+        pool_refusal(c, "a negative pool stride", LINATTN_E_STRIDE);
 }
 
 /* What linattn_run must refuse beyond the 0.2 rules. */
@@ -1667,6 +1813,53 @@ static void ext_rules(call *c)
     }
 }
 
+/* 1 when a layout fails the library's conservative self-overlap rule
+ * (ranges.h): its dimensions of more than one index, sorted by stride,
+ * must each step past all the smaller ones span. */
+static int interleaves(const layout *l)
+{
+    int64_t st[4], n[4];
+    int m = 0;
+    for (int i = 0; i < 4; i++)
+        if (l->n[i] > 1) {
+            int j = m++;
+            for (; j > 0 && st[j - 1] > l->st[i]; j--)
+                st[j] = st[j - 1], n[j] = n[j - 1];
+            st[j] = l->st[i], n[j] = l->n[i];
+        }
+    wide inner = 1;
+    for (int i = 0; i < m; i++) {
+        if (st[i] < inner)
+            return 1;
+        inner += smul(n[i] - 1, st[i]);
+    }
+    return 0;
+}
+
+/* The units of a pool's s and z that no buffer uses, from its first
+ * element to its last (to the end of its allocation where it has its
+ * own: a bfloat16 pool's last half float): M_PAD, and PAD_UNIT in the
+ * data and in the copy from before the call, so that a kernel reading
+ * padding as state shows in the results and one writing it shows too. */
+static void mark_padding(const call *c)
+{
+    for (int b = BS; b <= BZ; b++) {
+        if (!c->used[b] || c->place[b] >= 2)
+            continue;
+        alloc *a = &allocs[c->host[b]];
+        const int64_t halves = c->dt[b] == LINATTN_F32 ? 2 : 1;
+        const int64_t from = (c->ptr[b] - a->data) * 2;
+        int64_t to = from + extent_of(&c->lay[b], elem_bytes(c->dt[b])).ext * halves;
+        if (c->host[b] == b || to > a->n * 2)
+            to = a->n * 2;
+        for (int64_t i = from; i < to; i++)
+            if (a->marks[i] == 0) {
+                a->marks[i] = M_PAD;
+                ((uint16_t *)a->data)[i] = ((uint16_t *)a->before)[i] = PAD_UNIT;
+            }
+    }
+}
+
 static int run(const uint8_t *data, size_t size)
 {
     reader r = {data, size, 0};
@@ -1684,6 +1877,7 @@ static int run(const uint8_t *data, size_t size)
     c.plan = c.serve ? u8(&r) : 0;
     decode_packed_pool(&r, &c);
     decode_zc(&r, &c);
+    decode_pool_strides(&r, &c);
 
     const int delta = c.kind >= KIND_DELTA_FORWARD;
     if (delta && !(linattn_delta_forward && linattn_delta_step))
@@ -1693,6 +1887,7 @@ static int run(const uint8_t *data, size_t size)
     mark_layouts_bad(&c);
     config_rules(&c);
     serve_rules(&c);
+    pool_stride_rules(&c);
     ext_rules(&c);
     if ((!have_groups && (c.qk_heads != f->heads || c.head_map != LINATTN_HEADS_GROUPED)) ||
         (!have_l2norm && c.qk_l2norm != 0))
@@ -1825,6 +2020,9 @@ static int run(const uint8_t *data, size_t size)
                           (c.ptr[b] - allocs[c.host[b]].data) * 2, c.dt[b] == LINATTN_F32 ? 2 : 1};
             each(&c.lay[b], mark_one, &m);
         }
+        if (uses_pool(&c))
+            mark_padding(&c);
+        uint8_t twice = 0; /* M_SS, M_ZZ: one reason each */
         for (int b = 0; b < NBUF; b++) {
             const alloc *a = &allocs[b];
             if (!a->block)
@@ -1836,6 +2034,7 @@ static int run(const uint8_t *data, size_t size)
                     ((x & M_S) && (x & (M_IN | M_Z))) || ((x & M_Z) && (x & M_IN)))
                     fail_reason(&c, "overlap");
                 seen |= x;
+                twice |= x & (M_SS | M_ZZ);
             }
             /* An output sharing an allocation: a rule on address ranges
              * may refuse it even where no element collides. */
@@ -1844,25 +2043,20 @@ static int run(const uint8_t *data, size_t size)
                 c.ambiguous = 1;
         }
 
-        /* o's self-overlap: the library may use a conservative rule. */
-        {
-            const layout *l = &c.lay[BO];
-            int64_t st[4], n[4];
-            int m = 0;
-            for (int i = 0; i < 4; i++)
-                if (l->n[i] > 1) {
-                    int j = m++;
-                    for (; j > 0 && st[j - 1] > l->st[i]; j--)
-                        st[j] = st[j - 1], n[j] = n[j - 1];
-                    st[j] = l->st[i], n[j] = l->n[i];
-                }
-            wide inner = 1;
-            for (int i = 0; i < m; i++) {
-                if (st[i] < inner)
-                    c.ambiguous = 1;
-                inner += smul(n[i] - 1, st[i]);
-            }
-        }
+        /* A pool whose strides let two (slot, head, row, column) reach one
+         * element is refused, s's first. */
+        if (twice & M_SS)
+            pool_refusal(&c, "the pool's strides alias two elements of s", LINATTN_E_OVERLAP);
+        if (twice & M_ZZ)
+            pool_refusal(&c, "the pool's z strides alias two elements", LINATTN_E_OVERLAP);
+        /* o's self-overlap, and a pool's: the library may use a conservative
+         * rule (the pool's is not documented as such: docs/api.md says two
+         * elements reaching one) */
+        if (interleaves(&c.lay[BO]))
+            c.ambiguous = 1;
+        for (int b = BS; b <= BZ && uses_pool(&c); b++)
+            if (c.used[b] && !(twice & (b == BS ? M_SS : M_ZZ)) && interleaves(&c.lay[b]))
+                c.ambiguous = 1;
         /* Gate and beta values; finiteness of the inputs. */
         for (int b = 0; b < NBUF; b++) {
             if (!c.used[b] || c.place[b] >= 2)
@@ -1888,6 +2082,7 @@ static int run(const uint8_t *data, size_t size)
     }
     const linattn_config *cfgp = c.cfg_null ? NULL : (const linattn_config *)cfg_block;
 
+    pads_poison(1);
     const linattn_status st = invoke(&c, cfgp);
 
     UNPOISON(cfg_block, sizeof cfg_block);
@@ -1915,8 +2110,20 @@ static int run(const uint8_t *data, size_t size)
                 c.dt[BK], c.dt[BV], c.dt[BBETA], c.dt[BO], c.dt[BS], c.gate_act, c.beta_act,
                 (int)st, c.must_fail ? " (must fail: " : "", c.must_fail ? c.why : "",
                 c.must_fail ? ")" : "", msg ? msg : "");
+    if (getenv("FUZZ_VERBOSE") && uses_pool(&c))
+        fprintf(stderr,
+                "fuzz_call:   pool byte %u%s: %lld slots, strides slot %lld head %lld row %lld "
+                "col %lld, z_slot %lld z_head %lld; %d reasons%s\n",
+                c.pool_strides, c.pool_byte ? "" : " (absent)", (long long)c.pool.slots,
+                (long long)c.pool.slot, (long long)c.pool.head, (long long)c.pool.row,
+                (long long)c.pool.col, (long long)c.pool.z_slot, (long long)c.pool.z_head,
+                c.reasons, c.ambiguous ? ", ambiguous" : "");
     if (c.must_fail && st == LINATTN_OK)
         fuzz_fail(&c, "returned OK, expected a failure: %s", c.why, 0, 0);
+    /* refused for the pool's strides alone: their status, naming the pool */
+    if (c.must_fail && c.reasons == 1 && c.pool_want && !c.ambiguous &&
+        (st != c.pool_want || (msg && !strstr(msg, "pool"))))
+        fuzz_fail(&c, "%s: status %g, or a message not naming the pool", c.why, (double)st, 0);
     if (!c.must_fail && !c.ambiguous && fits && st != LINATTN_OK)
         fuzz_fail(&c, "a valid call failed with status %s (%g)", linattn_strerror(st),
                   (double)st, 0);
@@ -1943,8 +2150,10 @@ static int run(const uint8_t *data, size_t size)
             const uint16_t *was = (const uint16_t *)a->before, *now = (const uint16_t *)a->data;
             for (int64_t i = 0; i < a->n * 2; i++)
                 if (!(a->marks[i] & (M_O | M_S | M_Z)) && was[i] != now[i])
-                    fuzz_fail(&c, "bytes %s+%g changed but are no output", buf_names[b],
-                              (double)(2 * i), 0);
+                    fuzz_fail(&c, a->marks[i] & M_PAD ? "bytes %s+%g changed: padding between "
+                                                        "the pool's states"
+                                                      : "bytes %s+%g changed but are no output",
+                              buf_names[b], (double)(2 * i), 0);
         }
         const wide ref_work =
             smul(smul(f->batch, f->heads), smul(c.T, smul(f->dk, f->dv) + f->dk + f->dv));
@@ -1967,7 +2176,9 @@ static int run(const uint8_t *data, size_t size)
             memcpy(cfg_block, &one, sizeof one);
             call by_run = c;
             by_run.plan = 0;
+            pads_poison(1);
             const linattn_status st1 = invoke(&by_run, (const linattn_config *)cfg_block);
+            pads_poison(0);
             if (st1 != LINATTN_OK)
                 fuzz_fail(&c, "num_threads = 1 gives status %s", linattn_strerror(st1), 0, 0);
             for (int b = 0; b < NBUF; b++) {

@@ -52,7 +52,7 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
          cfg_null=False, q="contig", k="contig", v="contig", o="contig", g="contig",
          beta="contig", k_same_as_q=False, state_byte=0, place=None, seed=1,
          regimes=None, raw_dims=None, g_head_byte=0, q_extra=(), o_extra=(), serve=(),
-         ext=(), plan=None, packed_pool=(), zc=None):
+         ext=(), plan=None, packed_pool=(), zc=None, pool_strides=None):
     b = [KINDS[kind]]
     if raw_dims:
         b += raw_dims
@@ -86,7 +86,8 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
     b += list(struct.pack(">Q", seed))
     regimes = regimes or {}
     b += [regimes.get(name, 0) for name in BUFS]
-    tail = zc is not None  # z_compensated: decode_zc(), after every byte below
+    # z_compensated: decode_zc(), after every byte below; then the pool's strides
+    tail = zc is not None or pool_strides is not None
     serving = bool(serve) and serve[0] >= 128 and serve[0] % 6 != 0
     # the serving form: decode_serve() in fuzz_call.c
     b += list(serve) or ([0] if ext or tail else [])
@@ -97,7 +98,9 @@ def call(kind="forward", B=2, H=2, T=20, dk=8, dv=8, phi="elu1", gate="none",
     # cu_seqlens with a pool: decode_packed_pool() in fuzz_call.c
     b += list(packed_pool) or ([0] if tail else [])
     if tail:
-        b += [zc]  # 0 off, 3 on, 240 / 241: -1 / 2 (refused)
+        b += [zc or 0]  # 0 off, 3 on, 240 / 241: -1 / 2 (refused)
+    if pool_strides is not None:
+        b += [pool_strides]  # decode_pool_strides()
     return bytes(b)
 
 
@@ -119,6 +122,25 @@ def ext(q="f32", k=None, v=None, beta=None, o="f32", s="f32", gate_act=0, lower=
     beta = beta or q
     return [m] + [DT[x] for x in (q, k, v, beta, o, s)] + [gate_act, LOWER[lower], beta_act,
                                                          alog, bias]
+
+
+# A pool's strides (decode_pool_strides() in fuzz_call.c): the state's layout, a pad of
+# 1, 2, 3 or 5 elements, z's layout, and bit 7 (a variant of heads_outer, interleaved, and
+# of z's heads_outer and overlap: padded, and z_head -1). "refused" takes kind 0-7 instead
+# of pad and variant: 0 heads overlap, 1 slots overlap, 2 slot stride 0, 3 rows overlap,
+# 4 heads outer onto the next head, 5 head and slot strides 2 and 3 heads (interleaved),
+# 6 head stride -1, 7 slot stride -1.
+S_LAYOUT = {"natural": 0, "slot": 1, "head": 2, "rows": 3, "all": 4, "heads_outer": 5,
+            "interleaved": 6, "refused": 7}
+Z_LAYOUT = {"natural": 0, "padded": 1, "heads_outer": 2, "overlap": 3}
+PAD = {1: 0, 2: 1, 3: 2, 5: 3}
+
+
+def strides_byte(layout="natural", pad=1, z="natural", variant=0, kind=None):
+    if kind is not None:
+        assert layout == "refused"
+        pad, variant = [1, 2, 3, 5][kind & 3], kind >> 2
+    return S_LAYOUT[layout] | PAD[pad] << 3 | Z_LAYOUT[z] << 5 | variant << 7
 
 
 # serving form byte (>= 128; % 6 picks the form): decode_serve() in fuzz_call.c
@@ -319,6 +341,77 @@ def seeds():
                                serve=[SERVE["pool_vfirst"]], plan=1 | 64, zc=3)
     s["zc-bad-minus-one"] = call(zc=240)
     s["zc-bad-two"] = call(kind="step", zc=241)
+    # Pools with the strides engines keep (strides_byte()): padded slots, heads and rows,
+    # heads outer ([H][slots]), heads interleaved along the columns (neither row nor column
+    # stride 1), z likewise; padding between states is NaN, poisoned, and must keep its bits
+    ps, d = strides_byte, dict(kind="delta_forward", phi="identity")
+    s["pool-strides-slot-kfirst-z"] = call(gate="token", serve=[SERVE["pool"]],
+                                           pool_strides=ps("slot", 3, z="padded"))
+    s["pool-strides-head-vfirst-step"] = call(kind="delta_step", B=3, gate="token",
+                                              phi="identity", serve=[SERVE["pool_vfirst"]],
+                                              pool_strides=ps("head", 1))
+    s["pool-strides-rows-kfirst-bf16"] = call(T=6, gate="channel", serve=[SERVE["pool"]],
+                                              ext=ext(s="bf16"), pool_strides=ps("rows", 1), **d)
+    s["pool-strides-rows-vfirst-step-bf16"] = call(kind="delta_step", B=3, gate="token",
+                                                   phi="identity", serve=[SERVE["pool_vfirst"]],
+                                                   ext=ext(s="bf16"), pool_strides=ps("rows", 3))
+    s["pool-strides-rows-vfirst-short"] = call(T=5, gate="token", serve=[SERVE["pool_vfirst"]],
+                                               pool_strides=ps("rows", 5), **d)
+    s["pool-strides-all-vfirst-long"] = call(T=30, dk=9, gate="channel", threads=2,
+                                             serve=[SERVE["pool_vfirst"]],
+                                             pool_strides=ps("all", 2), **d)
+    s["pool-strides-all-vfirst-additive-zc"] = call(T=12, gate="channel",
+                                                    serve=[SERVE["pool_vfirst"]], zc=3,
+                                                    pool_strides=ps("all", 1, z="padded"))
+    # slots read and written in turn ((n + 1) % B), [H][slots] states and z
+    s["pool-strides-heads-outer-step"] = call(kind="step", B=3, H=3, gate="channel",
+                                              serve=[SERVE["slots"], 3] + [2] * 6,
+                                              pool_strides=ps("heads_outer", z="heads_outer"))
+    s["pool-strides-heads-outer-vfirst-plan"] = call(kind="delta_step", B=3, H=4, gate="token",
+                                                     phi="identity",
+                                                     serve=[SERVE["pool_vfirst"]], plan=1 | 64,
+                                                     ext=ext(s="bf16"),
+                                                     pool_strides=ps("heads_outer", 2,
+                                                                     variant=1))
+    s["pool-strides-interleaved-kfirst"] = call(T=8, H=3, gate="token", serve=[SERVE["pool"]],
+                                                pool_strides=ps("interleaved"), **d)
+    s["pool-strides-interleaved-vfirst-additive"] = call(H=2, gate="head",
+                                                         serve=[SERVE["pool_vfirst"]],
+                                                         pool_strides=ps("interleaved", 3,
+                                                                         z="padded", variant=1))
+    # speculative verification on a V-first pool with padded columns (serve-cu-pool-vfirst-
+    # spec), and snapshots into a padded K-first pool of 5 slots (zc-pool-slots-snapshots)
+    s["pool-strides-spec-vfirst-rows"] = call(B=1, T=6, gate="channel", serve=[SERVE["cu"], 1],
+                                              packed_pool=[127, 0, 1, 0, 1, 3, 6, 0, 0, 2, 0],
+                                              pool_strides=ps("rows", 3), **d)
+    s["pool-strides-snapshots-all"] = call(B=3, T=5, gate="token",
+                                           serve=[SERVE["slots"], 3 | 3 << 2 | 128] + [0] * 6
+                                           + [3, 1, 1, 2, 1, 1], zc=3,
+                                           pool_strides=ps("all", 5, z="padded"))
+    s["pool-strides-cu-heads-outer"] = call(B=1, T=40, gate="token", threads=2,
+                                            serve=[SERVE["cu"], 2],
+                                            packed_pool=[91, 1, 3, 0, 0, 8, 1, 7, 1, 1, 1, 6, 0],
+                                            pool_strides=ps("heads_outer", 3, z="heads_outer",
+                                                            variant=1))
+    # strides the library refuses: heads, slots, z heads aliasing (E_OVERLAP), a negative
+    # head stride on one head (E_STRIDE); a negative z_head where no z is read is ignored;
+    # head and slot strides 2 and 3 heads never collide on 3 heads and 2 slots but are
+    # refused by the library's conservative rule
+    s["pool-strides-heads-alias"] = call(T=4, gate="token", serve=[SERVE["pool"]],
+                                         pool_strides=ps("refused", kind=0), **d)
+    s["pool-strides-slots-alias-vfirst"] = call(kind="step", B=3, gate="token",
+                                                serve=[SERVE["pool_vfirst"]],
+                                                pool_strides=ps("refused", kind=1))
+    s["pool-strides-negative-head"] = call(kind="delta_step", H=1, gate="token", phi="identity",
+                                           serve=[SERVE["pool"]], ext=ext(s="bf16"),
+                                           pool_strides=ps("refused", kind=6))
+    s["pool-strides-z-alias"] = call(T=4, gate="token", serve=[SERVE["pool"]],
+                                     pool_strides=ps("natural", z="overlap"))
+    s["pool-strides-z-negative-unread"] = call(T=4, gate="token", serve=[SERVE["pool"]],
+                                               pool_strides=ps("natural", z="overlap",
+                                                               variant=1), **d)
+    s["pool-strides-interleave-refused"] = call(H=3, T=4, gate="token", serve=[SERVE["pool"]],
+                                                pool_strides=ps("refused", kind=5))
     # 0.4.0: element types and the input stage's activations (linattn_run).
     run = [SERVE["run"]]
     bf16 = dict(q="bf16", o="bf16", s="bf16")
@@ -420,7 +513,8 @@ def seeds():
     s["found-avx2-slots-vfirst-large-batch"] = bytes(
         [0, 251, 2, 0, 1, 1, 7, 7, 2, 2] + [0] * 6 + [1] + [0] * 9 + [164, 0, 0, 1] + [0] * 4
         + [164, 0, 0, 1] + [0] * 5 + list(b"s is NU") + [0, 37, 41, 0, 0, 196, 15, 0, 1]
-        + [255] * 7 + [37, 0, 0, 115, 36, 104, 136, 58, 24, 0, 0, 0])
+        + [255] * 7 + [37, 0, 0, 115, 36, 104, 136, 58, 24, 0, 0, 0])[:71]
+    # (cut after the 71 bytes its decoder read: byte 71 is now the pool's strides)
     # scale 1e30 and eps 0 make inf / inf in a few output columns: 4 threads
     # split each head's 200 columns at 100, so those columns ran on a
     # partial register tile, where one thread ran them on a full one, and

@@ -501,8 +501,9 @@ linattn_status la_check(la_call *c, const la_kernels *kern, la_family family, in
 
     if (self_overlaps(&lo))
         return la_fail(LINATTN_E_OVERLAP,
-                       "o overlaps itself: its strides (batch %lld, head %lld, token %lld) let "
-                       "two (b, h, t) reach the same element",
+                       "o overlaps itself: its strides (batch %lld, head %lld, token %lld) do "
+                       "not nest (sorted, each must step past what the smaller ones span), so "
+                       "two (b, h, t) may reach one element",
                        (long long)c->so.batch, (long long)c->so.head, (long long)c->so.token);
     for (int out = RO; out <= RZ; out++)
         for (int j = 0; j < 8; j++)

@@ -100,8 +100,9 @@ static linattn_status check_state_memory(const la_serve *sv)
                        (long long)sv->slots);
     if (self_overlaps(&ls))
         return la_fail(LINATTN_E_OVERLAP,
-                       "s: the pool's strides (slot %lld, head %lld, row %lld, col %lld) let two "
-                       "(slot, head, row, column) reach the same element",
+                       "s: the pool's strides (slot %lld, head %lld, row %lld, col %lld) do not "
+                       "nest (sorted, each must step past what the smaller ones span), so two "
+                       "(slot, head, row, column) may reach one element",
                        (long long)sv->s_slot, (long long)sv->s_head, (long long)sv->s_row,
                        (long long)sv->s_col);
     if (sv->z) {
@@ -112,8 +113,8 @@ static linattn_status check_state_memory(const la_serve *sv)
                            (long long)sv->slots, (long long)sv->z_slot, (long long)sv->z_head);
         if (self_overlaps(&lz))
             return la_fail(LINATTN_E_OVERLAP,
-                           "z: the pool's z strides (slot %lld, head %lld) let two (slot, head) "
-                           "reach the same element (a head holds %lld floats)",
+                           "z: the pool's z strides (slot %lld, head %lld) do not nest (a head "
+                           "holds %lld floats), so two (slot, head) may reach one element",
                            (long long)sv->z_slot, (long long)sv->z_head, (long long)zd);
         if (present_overlap(s, z))
             return la_fail(LINATTN_E_OVERLAP, "s overlaps z in the pool");

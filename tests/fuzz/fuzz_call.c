@@ -768,10 +768,8 @@ static void config_rules(call *c)
             if (c->lay[b].n[i] == 1 && c->lay[b].st[i] < 0 && !(step && i == 2) &&
                 !(uses_pool(c) && (b == BS || b == BZ))) /* a pool's: pool_stride_rules */
                 c->ambiguous = 1;
-    /* Unused pointers: NULL, or garbage that must not be touched. An unused
-     * g is documented as NULL, so anything else there may be refused. */
-    if (!c->used[BG] && c->place[BG] != 2)
-        c->ambiguous = 1;
+    /* Unused pointers (g with gate NONE): NULL, or garbage that must not be
+     * touched; the call ignores them whatever they hold (docs/api.md). */
 }
 
 /* ---- memory model for real mode ---------------------------------------- */

@@ -162,16 +162,21 @@ static void fold_compensation(la_head *h)
     h->zc = NULL;
 }
 
-/* The token loop of steps and short AUTO calls, each token through the
- * stage (buf: its panels for one token). */
-static void run_tokens(const la_kernels *kern, const la_head *h, const la_source *src, void *buf)
+/* The token loop of steps and short AUTO calls on the value columns
+ * [j0, j0 + nj), each token through the stage (buf: its panels for one
+ * token). A share of the columns is a view of them (la_head.s_ld). */
+static void run_tokens(const la_kernels *kern, const la_head *h, const la_source *src, void *buf,
+                       int64_t j0, int64_t nj)
 {
     int64_t a;
     for (int64_t t = 0; t < h->T; t++) {
         const la_head x = view_of(kern->stage, h, src, t, 1, buf, &a);
-        kern->additive->token(&x, x.q + a * x.q_ts, x.k + a * x.k_ts, x.v + a * x.v_ts,
-                              x.gate == LA_GATE_NONE ? NULL : x.g + a * x.g_ts, x.o + a * x.o_ts);
-        la_stage_out(kern->stage, src, t, 1, &x, 0, h->dv);
+        la_head cols = x;
+        cols.dv = nj, cols.s = x.s + j0, cols.s_ld = h->dv;
+        kern->additive->token(&cols, x.q + a * x.q_ts, x.k + a * x.k_ts, x.v + a * x.v_ts + j0,
+                              x.gate == LA_GATE_NONE ? NULL : x.g + a * x.g_ts,
+                              x.o + a * x.o_ts + j0);
+        la_stage_out(kern->stage, src, t, 1, &x, j0, nj);
     }
 }
 
@@ -237,7 +242,8 @@ typedef struct {
     int chunked;
     int64_t chunk;
     head_ws w;
-    unsigned char *ws; /* w.total bytes per thread */
+    unsigned char *ws;     /* w.total bytes per thread */
+    int64_t width, pieces; /* the token loop's columns per unit, units per head */
 } head_job;
 
 /* The token loop's workspace (z compensation, one token's panels) is on
@@ -246,8 +252,11 @@ typedef struct {
  * calls of such heads do not allocate. */
 enum { STEP_STACK_BYTES = 8192 };
 
-static void run_head(const head_job *j, int64_t i, int tid)
+/* Unit u: head u / pieces, and in the token loop its share of the value
+ * columns (all of them with one piece). */
+static void run_head(const head_job *j, int64_t u, int tid)
 {
+    const int64_t i = u / j->pieces, j0 = u % j->pieces * j->width;
     _Alignas(64) unsigned char stack[STEP_STACK_BYTES];
     unsigned char *mine = j->ws ? j->ws + j->w.total * (size_t)tid : stack;
     void *buf = mine + j->w.zero + j->w.zc;
@@ -264,8 +273,31 @@ static void run_head(const head_job *j, int64_t i, int tid)
         unsigned char *after = mine + j->w.zero + j->w.zc + j->w.stage;
         run_chunks(j->kern, &h, &src, (float *)after, after + j->w.chunk_state, buf);
     } else {
-        run_tokens(j->kern, &h, &src, buf);
+        run_tokens(j->kern, &h, &src, buf, j0, j->c->dv - j0 < j->width ? j->c->dv - j0 : j->width);
     }
+}
+
+/* The token loop with fewer heads than threads: each head's value columns
+ * shared out (whole vectors of 16), as long as every share holds
+ * LA_MIN_BYTES_PER_THREAD of state, and only without the normaliser, whose
+ * z every column's output reads and one unit would write. A column's
+ * arithmetic is the same in any share, so results do not depend on it.
+ * (A head of dk = dv = 128, 64 KiB, split over two threads made a step
+ * 3-15x slower: its few microseconds of work cost less than the team.) */
+static void token_loop_split(head_job *j, int wanted)
+{
+    const la_call *c = j->c;
+    const int64_t heads = c->B * c->H;
+    if (c->normalize || heads >= wanted)
+        return;
+    const int64_t by_size =
+        (int64_t)((double)c->head_state_elems * sizeof(float) / LA_MIN_BYTES_PER_THREAD);
+    const int64_t by_threads = (wanted + heads - 1) / heads;
+    const int64_t pieces = by_size < by_threads ? by_size : by_threads;
+    if (pieces < 2)
+        return;
+    j->width = ((c->dv + pieces - 1) / pieces + 15) / 16 * 16;
+    j->pieces = (c->dv + j->width - 1) / j->width;
 }
 
 /* Fewer heads than threads: one head at a time, its chunks spread over the
@@ -594,7 +626,8 @@ static head_job head_job_for(const la_kernels *kern, const la_call *c)
 {
     const la_additive_ops *ops = kern->additive;
     head_job j = {.kern = kern, .ops = ops, .c = c,
-                  .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
+                  .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c),
+                  .width = c->dv, .pieces = 1};
     j.chunked = c->causal && !c->step &&
                 (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);
     const size_t pack = j.chunked ? ops->pack_bytes(j.chunk, c->dk, c->dv) : 0;
@@ -640,7 +673,8 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
                     (c->algo == LINATTN_ALGO_AUTO && auto_recurrent(kern->additive_tuning, c))))
         return run_recurrent(kern, c, wanted);
     head_job j = {.kern = kern, .ops = ops, .c = c,
-                  .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c)};
+                  .chunk = c->step ? 1 : chunk_for(kern->additive_tuning, c),
+                  .width = c->dv, .pieces = 1};
     /* AUTO runs a handful of tokens through the step's token loop (no
      * workspace, and bitwise a sequence of steps) */
     j.chunked = forward && (c->algo == LINATTN_ALGO_CHUNKED || c->T > AUTO_RECURRENT_MAX_T);
@@ -649,15 +683,17 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
     if (j.chunked && heads < wanted && c->T > j.chunk)
         return run_sequence_parallel(&j, wanted);
 
-    const int nt = la_team_size(wanted, heads);
     const int token_loop = c->causal && !j.chunked;
+    if (token_loop)
+        token_loop_split(&j, wanted);
+    const int nt = la_team_size(wanted, heads * j.pieces);
     if (j.w.total && !(token_loop && j.w.total <= STEP_STACK_BYTES)) {
         const size_t bytes = la_size_mul(j.w.total, (size_t)nt);
         j.ws = bytes == SIZE_MAX ? NULL : aligned_alloc(64, bytes);
         if (j.ws == NULL)
             return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
     }
-    LA_FOR_EACH_UNIT(nt, heads, i, tid, run_head(&j, i, tid));
+    LA_FOR_EACH_UNIT(nt, heads * j.pieces, u, tid, run_head(&j, u, tid));
     free(j.ws);
     return LINATTN_OK;
 }

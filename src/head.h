@@ -29,6 +29,10 @@ typedef struct la_head {
      * running compensation of z (Kahan), dk floats, in the token loop (the
      * caller's with z_compensated), else NULL */
     float *z, *zc;
+    /* additive token only: the state's row stride, 0 for dv. A unit of the
+     * columns [j0, j0 + dv) of a wider state (a step split over threads)
+     * sees s at column j0, v and o at j0, and the state's width here */
+    int64_t s_ld;
     /* delta recurrent_vfirst only: s is V-first, value column j is the dk
      * floats at s + j * s_vld (a state pool's layout in vLLM, sglang, ggml) */
     int64_t s_vld;

@@ -586,6 +586,52 @@ START_TEST(steps_threads_bitwise_equal)
 }
 END_TEST
 
+/* Steps and short AUTO calls of heads large enough that their value
+ * columns are shared over threads (no normaliser; at least 128 KiB of
+ * state a share): against the oracle, and bitwise the same on 1-3 threads,
+ * where the shares end inside a register tile of the unsplit sweep (dv =
+ * 1040 on 3 threads: shares of 352 columns). */
+START_TEST(steps_split_columns)
+{
+    static const int64_t shapes[][4] = {{1, 1, 128, 1040}, {1, 1, 72, 1000}, {2, 1, 100, 700}};
+    for (int sh = 0; sh < 3; sh++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int steps = 0; steps <= 1; steps++) {
+                const int64_t B = shapes[sh][0], H = shapes[sh][1], T = 3;
+                const int64_t dk = shapes[sh][2], dv = shapes[sh][3];
+                spec sp = spec_default(B, H, T, dk, dv);
+                sp.gate = (linattn_gate)gate;
+                sp.normalize = 0;
+                sp.with_state = 1;
+                sp.phi = (linattn_phi)(sh % 3);
+                problem p;
+                problem_make(&p, &sp);
+                const size_t no = (size_t)(B * H * T * dv), ns = (size_t)(B * H * dk * dv);
+                float *o1 = NULL, *s1 = NULL;
+                for (int threads = 1; threads <= 3; threads++) {
+                    memcpy(p.s, p.s_init, ns * sizeof(float));
+                    p.cfg.num_threads = threads;
+                    if (steps)
+                        steps_through(&p);
+                    else
+                        ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+                    if (threads == 1) {
+                        o1 = copy_floats(p.o, no), s1 = copy_floats(p.s, ns);
+                        ck_assert_msg(problem_error(&p) <= 1.0, "%s: %s",
+                                      steps ? "steps" : "short call", spec_name(&sp));
+                        continue;
+                    }
+                    ck_assert_msg(memcmp(o1, p.o, no * sizeof(float)) == 0 &&
+                                      memcmp(s1, p.s, ns * sizeof(float)) == 0,
+                                  "%s on %d threads differ: %s", steps ? "steps" : "short call",
+                                  threads, spec_name(&sp));
+                }
+                free(o1), free(s1);
+                problem_free(&p);
+            }
+}
+END_TEST
+
 /* z_compensated (a head's z is [2][dk]: the sum and its compensation, both
  * carried from call to call): every form, gate and causal flag, one head's
  * columns over 3 threads (each unit starts from the z before any unit
@@ -927,6 +973,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, chunked_matches_recurrent);
     tcase_add_test(oracle, threads_bitwise_equal);
     tcase_add_test(oracle, steps_threads_bitwise_equal);
+    tcase_add_test(oracle, steps_split_columns);
     tcase_add_test(oracle, packed_state_same_bits);
     tcase_add_test(oracle, quad_sweeps_match_oracle);
     tcase_add_test(oracle, quad_sweeps_large_v);

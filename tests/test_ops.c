@@ -979,6 +979,61 @@ START_TEST(vfirst_any_split_same_bits)
 }
 END_TEST
 
+/* The additive token op of each table on columns [0, dv) in one call, and
+ * on views of column pieces (la_head.s_ld: a step's columns shared over
+ * threads), cut inside and at the edges of every register tile: the same
+ * bits, o and state, for any cut. No normaliser (a split step has none). */
+START_TEST(token_any_split_same_bits)
+{
+    static const int64_t dks[] = {5, 17, 128};
+    static const int64_t cuts[][6] = {{0, 150}, {0, 1, 6, 11, 12, 150}, {0, 23, 128, 150},
+                                      {0, 16, 144, 150}, {0, 64, 96, 150}};
+    for (int r = 0; r < nruns; r++) {
+        const la_table *t = runs[r].t;
+        if (!t->additive)
+            continue;
+        for (size_t id = 0; id < sizeof dks / sizeof dks[0]; id++)
+            for (int gate = 0; gate < 3; gate++) {
+                arena mem = {0};
+                const int64_t dk = dks[id], dv = 150, T = 3;
+                add_case c = {.dk = dk, .dv = dv, .n = T, .T = T, .chunk = 1,
+                              .gate = (la_gate)gate, .phi = (linattn_phi)(id % 3), .q_ts = dk,
+                              .k_ts = dk, .v_ts = dv, .o_ts = dv,
+                              .g_ts = gate == LA_GATE_CHANNEL ? dk : 1};
+                c.q = filled(&mem, (size_t)(T * dk), -1, 1);
+                c.k = filled(&mem, (size_t)(T * dk), -1, 1);
+                c.v = filled(&mem, (size_t)(T * dv), -1, 1);
+                c.g = filled(&mem, (size_t)(T * dk), -1, 0);
+                const float *s0 = filled(&mem, (size_t)(dk * dv), -1, 1);
+                float *o[5], *s[5];
+                for (int k = 0; k < 5; k++) {
+                    o[k] = guarded(&mem, (size_t)(T * dv), 0);
+                    s[k] = guarded(&mem, (size_t)(dk * dv), 0);
+                    memcpy(s[k], s0, (size_t)(dk * dv) * sizeof(float));
+                    const int64_t *cut = cuts[k];
+                    for (int64_t i = 0; i < T; i++)
+                        for (int p = 0; p < 5 && cut[p] < dv; p++) {
+                            la_head h = head_of(&c, o[k], s[k], NULL);
+                            h.dv = cut[p + 1] - cut[p];
+                            h.s = s[k] + cut[p];
+                            h.s_ld = dv;
+                            t->additive->token(&h, c.q + i * dk, c.k + i * dk,
+                                               c.v + i * dv + cut[p],
+                                               gate == LA_GATE_NONE ? NULL : c.g + i * c.g_ts,
+                                               o[k] + i * dv + cut[p]);
+                        }
+                    ck_assert_msg(memcmp(o[k], o[0], (size_t)(T * dv) * sizeof(float)) == 0 &&
+                                      memcmp(s[k], s[0], (size_t)(dk * dv) * sizeof(float)) == 0,
+                                  "%s token dk=%lld gate=%s: cut %d gives other bits than one "
+                                  "call",
+                                  t->name, (long long)dk, gate_names[gate], k);
+                }
+                arena_free(&mem);
+            }
+    }
+}
+END_TEST
+
 /* Every table's tuning data (tuning.h), runnable here or not: a default
  * entry, each machine once, chunks of at least one row, thresholds a dk
  * can be compared with; and cpu.c's key for this CPU is one of the keys. */
@@ -1119,6 +1174,7 @@ int main(void)
     tcase_add_test(tc, every_op_of_every_table);
     tcase_add_test(tc, tuning_entries);
     tcase_add_test(tc, vfirst_any_split_same_bits);
+    tcase_add_test(tc, token_any_split_same_bits);
     tcase_add_test(tc, any_outside_of_every_table);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

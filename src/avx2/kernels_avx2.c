@@ -718,7 +718,7 @@ static void state_combine_avx2(const la_head *h, const void *pack, int64_t n, fl
 /* Columns d..d+8nv-1 (w valid in the last vector) against state rows
  * c0..c0+cw-1 (s points at row c0, column d): each row is decayed, updated
  * and read out once, o accumulating in registers. */
-LA_INLINE void token_cols(int nv, int64_t w, float *s, int64_t dv, int64_t cw, const float *qb,
+LA_INLINE void token_cols(int nv, int64_t w, float *s, int64_t ld, int64_t cw, const float *qb,
                           const float *kb, const float *ab, const float *v, float *o, int first,
                           const float *inv)
 {
@@ -728,7 +728,7 @@ LA_INLINE void token_cols(int nv, int64_t w, float *s, int64_t dv, int64_t cw, c
         vv[x] = load8(v + 8 * x, ww);
         acc[x] = first ? _mm256_setzero_ps() : load8(o + 8 * x, ww);
     }
-    for (int64_t c = 0; c < cw; c++, s += dv) {
+    for (int64_t c = 0; c < cw; c++, s += ld) {
         const __m256 a = _mm256_broadcast_ss(ab + c), k = _mm256_broadcast_ss(kb + c);
         const __m256 q = _mm256_broadcast_ss(qb + c);
         for (int x = 0; x < nv; x++) {
@@ -747,7 +747,7 @@ LA_INLINE void token_cols(int nv, int64_t w, float *s, int64_t dv, int64_t cw, c
 static void token_avx2(const la_head *h, const float *q, const float *k, const float *v,
                        const float *g, float *o)
 {
-    const int64_t dk = h->dk, dv = h->dv;
+    const int64_t dk = h->dk, dv = h->dv, ld = h->s_ld ? h->s_ld : dv;
     float qb[CB] __attribute__((aligned(32))), kb[CB] __attribute__((aligned(32)));
     float ab[CB] __attribute__((aligned(32)));
     const __m256 scale = _mm256_set1_ps(h->scale);
@@ -785,12 +785,12 @@ static void token_avx2(const la_head *h, const float *q, const float *k, const f
         if (lastb && h->z)
             inv = 1.0f / (hsum8(den) + h->eps);
         const float *scl = lastb && h->z ? &inv : NULL;
-        float *srow = h->s + c0 * dv;
+        float *srow = h->s + c0 * ld;
         int64_t d = 0;
         for (; d + 32 <= dv; d += 32)
-            token_cols(4, 8, srow + d, dv, cw, qb, kb, ab, v + d, o + d, c0 == 0, scl);
+            token_cols(4, 8, srow + d, ld, cw, qb, kb, ab, v + d, o + d, c0 == 0, scl);
         for (; d < dv; d += 8)
-            token_cols(1, dv - d, srow + d, dv, cw, qb, kb, ab, v + d, o + d, c0 == 0, scl);
+            token_cols(1, dv - d, srow + d, ld, cw, qb, kb, ab, v + d, o + d, c0 == 0, scl);
     }
 }
 

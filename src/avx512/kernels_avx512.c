@@ -725,7 +725,7 @@ static void state_combine_avx512(const la_head *h, const void *pack, int64_t n, 
 LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, const float *v,
                           const float *g, float *o, int64_t d0, const int NV, float *inv)
 {
-    const int64_t dk = h->dk, dv = h->dv;
+    const int64_t dk = h->dk, dv = h->dv, ld = h->s_ld ? h->s_ld : dv;
     const int first = d0 == 0, full = dv - d0 >= NV * W, gated = h->gate != LA_GATE_NONE;
     __mmask16 mv[8];
     __m512 vv[8], acc[8];
@@ -768,9 +768,9 @@ LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, cons
             _mm512_store_ps(ka + c, kv);
             _mm512_store_ps(aa + c, av);
         }
-        float *srow = h->s + g0 * dv + d0;
+        float *srow = h->s + g0 * ld + d0;
         if (full && !gated) {
-            for (int64_t c = 0; c < gn; c++, srow += dv) {
+            for (int64_t c = 0; c < gn; c++, srow += ld) {
                 const __m512 xk = _mm512_set1_ps(ka[c]), xq = _mm512_set1_ps(qa[c]);
                 for (int j = 0; j < NV; j++) {
                     const __m512 sv = _mm512_fmadd_ps(xk, vv[j], _mm512_loadu_ps(srow + j * W));
@@ -779,7 +779,7 @@ LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, cons
                 }
             }
         } else if (full) {
-            for (int64_t c = 0; c < gn; c++, srow += dv) {
+            for (int64_t c = 0; c < gn; c++, srow += ld) {
                 const __m512 xa = _mm512_set1_ps(aa[c]), xk = _mm512_set1_ps(ka[c]),
                              xq = _mm512_set1_ps(qa[c]);
                 for (int j = 0; j < NV; j++) {
@@ -790,12 +790,15 @@ LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, cons
                 }
             }
         } else {
-            for (int64_t c = 0; c < gn; c++, srow += dv) {
+            for (int64_t c = 0; c < gn; c++, srow += ld) {
                 const __m512 xa = _mm512_set1_ps(aa[c]), xk = _mm512_set1_ps(ka[c]),
                              xq = _mm512_set1_ps(qa[c]);
                 for (int j = 0; j < NV; j++) {
-                    const __m512 sv = _mm512_fmadd_ps(xa, la_load(mv[j], srow + j * W),
-                                                      _mm512_mul_ps(xk, vv[j]));
+                    /* without a gate, the full slabs' one rounding: a
+                     * column's bits do not depend on its slab */
+                    const __m512 old = la_load(mv[j], srow + j * W);
+                    const __m512 sv = gated ? _mm512_fmadd_ps(xa, old, _mm512_mul_ps(xk, vv[j]))
+                                            : _mm512_fmadd_ps(xk, vv[j], old);
                     la_store(srow + j * W, mv[j], sv);
                     acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
                 }

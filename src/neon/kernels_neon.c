@@ -415,7 +415,7 @@ INLINE void token_block(const la_head *h, const float *qh, const float *kh, cons
         acc[u] = first ? vdupq_n_f32(0.0f) : ldn(o + d + 4 * u, w - 4 * u);
     }
     for (int64_t c = 0; c < nc; c++) {
-        float *srow = h->s + (c0 + c) * h->dv + d;
+        float *srow = h->s + (c0 + c) * (h->s_ld ? h->s_ld : h->dv) + d;
         for (int u = 0; u < nv; u++) {
             float32x4_t sv = ldn(srow + 4 * u, w - 4 * u);
             sv = vfmaq_n_f32(vmulq_n_f32(vv[u], kh[c]), sv, a[c]);

@@ -178,7 +178,7 @@ static void state_combine_scalar(const la_head *h, const void *pack, int64_t n, 
 static void token_scalar(const la_head *h, const float *q, const float *k, const float *v,
                          const float *g, float *o)
 {
-    const int64_t dk = h->dk, dv = h->dv;
+    const int64_t dk = h->dk, dv = h->dv, ld = h->s_ld ? h->s_ld : dv;
     float den = 0.0f;
     memset(o, 0, (size_t)dv * sizeof(float));
     for (int64_t c = 0; c < dk; c++) {
@@ -189,7 +189,7 @@ static void token_scalar(const la_head *h, const float *q, const float *k, const
             a = decay_of(g[0]);
         else if (h->gate == LA_GATE_CHANNEL)
             a = decay_of(g[c]);
-        float *srow = h->s + c * dv;
+        float *srow = h->s + c * ld;
         for (int64_t d = 0; d < dv; d++) {
             srow[d] = fmaf(a, srow[d], kh * v[d]);
             o[d] += qh * srow[d];

@@ -157,8 +157,8 @@ void la_stage_in_parts(const la_stage_ops *ops, const la_source *s, int64_t t0, 
     /* q alone: v, g and beta get their views but not their panels */
     const int kv = (parts & LA_STAGE_KV) != 0;
     if (s->dt.v != LINATTN_F32) {
-        /* rows one after another: one call for the block (four vectors a row at
-         * dk = 64 behind an indirect call cost bfloat16 forwards 3%) */
+        /* rows one after another: one call for the block (a row of dv = 64,
+         * four vectors, behind an indirect call cost bfloat16 forwards 3%) */
         if (kv && s->v_ts == dv)
             ops->load(s->dt.v, la_at(s->v, s->dt.v, t0 * dv), n * dv, p.v);
         for (int64_t i = 0; i < n && kv && s->v_ts != dv; i++)

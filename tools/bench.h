@@ -78,7 +78,7 @@ typedef struct {
     int threads;
     int shape_given;
     bench_shape shape; /* --shape */
-    int kernels_given;
+    int kernels_given, families_given;
     /* Bit masks: bit i selects value i of the enum (or normalize i). */
     unsigned families, kernels, gates, phis, normalizes;
     int64_t chunk;
@@ -190,7 +190,7 @@ double bench_flops_per_token(bench_family f, bench_shape s, bench_gate g, int no
 /* Floats of the state a step reads and writes. */
 int64_t bench_state_floats(bench_family f, bench_shape s, int normalize);
 /* Threads a kernel keeps busy with num_threads = threads. */
-int bench_threads_used(bench_family f, bench_kernel k, bench_shape s, int threads);
+int bench_threads_used(bench_family f, bench_kernel k, bench_shape s, int normalize, int threads);
 
 /* One row of output. Fields that do not apply are NAN (numbers) or NULL. */
 typedef struct {

@@ -51,15 +51,28 @@ int64_t bench_state_floats(bench_family f, bench_shape s, int normalize)
 /* With fewer heads than threads, the additive chunked forward spreads the
  * chunks of a head over the threads, and the additive recurrent forward and
  * every delta-rule kernel split the value columns of a head; the additive
- * step and the non-causal forward parallelise over heads only; the
- * quadratic baseline is single-threaded C. */
-int bench_threads_used(bench_family f, bench_kernel k, bench_shape s, int threads)
+ * step shares a head's columns out only without the normaliser and in
+ * shares of at least 128 KiB of state (the library's rule), and the
+ * non-causal forward parallelises over heads only; the quadratic baseline
+ * is single-threaded C. */
+int bench_threads_used(bench_family f, bench_kernel k, bench_shape s, int normalize, int threads)
 {
     if (k == K_QUADRATIC)
         return 1;
     if (f == FAM_DELTA || k == K_CHUNKED || k == K_RECURRENT)
         return threads;
-    return s.B * s.H < threads ? (int)(s.B * s.H) : threads;
+    const int64_t heads = s.B * s.H;
+    int64_t pieces = 1;
+    if (k == K_STEP && !normalize && heads < threads) {
+        const int64_t by_size = s.dk * s.dv * (int64_t)sizeof(float) / (128 << 10);
+        const int64_t by_threads = (threads + heads - 1) / heads;
+        const int64_t p = by_size < by_threads ? by_size : by_threads;
+        if (p >= 2) { /* whole vectors of 16 columns, as the driver cuts them */
+            const int64_t width = ((s.dv + p - 1) / p + 15) / 16 * 16;
+            pieces = (s.dv + width - 1) / width;
+        }
+    }
+    return heads * pieces < threads ? (int)(heads * pieces) : threads;
 }
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -304,7 +317,7 @@ bench_result bench_new_result(const bench_options *op, const bench_case *c, benc
         .normalize = c->normalize,
         .qk_l2norm = c->qk_l2norm,
         .sh = s,
-        .threads = bench_threads_used(c->family, k, s, op->threads),
+        .threads = bench_threads_used(c->family, k, s, c->normalize, op->threads),
         .chunk = k == K_CHUNKED ? op->chunk : -1,
         .tokens = -1,
         .layers = -1,

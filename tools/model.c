@@ -1,5 +1,6 @@
 /* --model L: decode of a whole model. One token steps L layers' delta-rule
- * states in turn (linattn_delta_step per layer, each on its own state), so
+ * states in turn (linattn_delta_step per layer, each on its own state; with
+ * --family additive, linattn_step and the additive states), so
  * a layer's state has left the caches by the time it is stepped again and
  * comes from memory, as in a model (Qwen3-Next: 36 layers, 2 MiB of state
  * per layer and sequence). Each row is compared with a read-modify-write
@@ -93,6 +94,7 @@ typedef struct {
     bench_data d; /* inputs shared by the layers (one token: they stay cached) */
     float *states;
     int64_t layers, state_floats;
+    int64_t z_at; /* where a layer's z starts in its block (additive, normalised), or -1 */
     const linattn_state_pool *pool; /* --pool: each layer's states as this pool */
 } model_ctx;
 
@@ -103,6 +105,7 @@ static void run_token(void *p)
         bench_data d = x->d;
         d.s = x->states + l * x->state_floats;
         d.s16 = (uint16_t *)x->states + l * x->state_floats; /* a bfloat16 state */
+        d.z = x->z_at >= 0 ? d.s + x->z_at : NULL;
         d.pool = x->pool;
         bench_call(x->c, K_STEP, &x->cfg, &d, d.o[0]);
     }
@@ -122,7 +125,7 @@ static int all_threads(const bench_options *op)
 #endif
 }
 
-void bench_run_model(const bench_options *op, linattn_isa isa)
+static void run_family(const bench_options *op, linattn_isa isa, bench_family fam)
 {
     static const int64_t default_b[] = {1, 8};
     const int64_t *bs = op->shape_given ? &op->shape.B : default_b;
@@ -131,15 +134,15 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
     const int threads[2] = {1, all_threads(op)};
     const int nth = threads[1] > 1 ? 2 : 1;
     bench_options mop = *op;
-    mop.families = BIT(FAM_DELTA);
+    mop.families = BIT(fam);
     mop.kernels = BIT(K_STEP);
     if (!op->gates_given)
         mop.gates = BIT(G_TOKEN);
-    bench_case cs[8];
-    const int nc = bench_cases(&mop, FAM_DELTA, 0, cs, 8);
+    bench_case cs[64];
+    const int nc = bench_cases(&mop, fam, 0, cs, 64);
     bench_use_isa(isa);
     if (!op->json) {
-        const bench_shape s = bench_step_shape(&mop, FAM_DELTA);
+        const bench_shape s = bench_step_shape(&mop, fam);
         printf("linattn %s whole-model decode (%s): %lld layers of %s, "
                "H=%lld (%lld q/k heads) dk=%lld dv=%lld, one token per layer per pass\n"
                "bound: RMW s = s*a + b over all layers' states on the same threads, "
@@ -148,7 +151,8 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
                linattn_version(), linattn_isa_name(isa), (long long)op->model,
                op->pool == POOL_KFIRST   ? "linattn_run on a K-first pool"
                : op->pool == POOL_VFIRST ? "linattn_run on a V-first pool"
-                                         : "linattn_delta_step",
+               : fam == FAM_DELTA        ? "linattn_delta_step"
+                                         : "linattn_step",
                (long long)s.H, (long long)(s.qk_heads ? s.qk_heads : s.H), (long long)s.dk,
                (long long)s.dv);
         printf("%-6s %-14s %3s %3s %9s %12s %10s %8s %10s %10s %11s %11s\n", "isa", "gate", "B",
@@ -160,16 +164,17 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
             for (int ti = 0; ti < nth; ti++) {
                 bench_options top = mop;
                 top.threads = threads[ti];
-                bench_shape s = bench_step_shape(&mop, FAM_DELTA);
+                bench_shape s = bench_step_shape(&mop, fam);
                 s.B = bs[bi];
-                const int64_t per = bench_state_floats(FAM_DELTA, s, 0);
+                const int norm = fam == FAM_ADDITIVE && cs[ci].normalize;
+                const int64_t per = bench_state_floats(fam, s, norm);
                 const int64_t n = per * op->model;
                 /* the bound over the states' bytes (bfloat16: half the floats) */
-                const int64_t nb = bench_state_bytes(op, FAM_DELTA, s, 0) * op->model /
+                const int64_t nb = bench_state_bytes(op, fam, s, norm) * op->model /
                                    (int64_t)sizeof(float);
                 const double bound = model_bound(op, isa, nb, threads[ti], 0);
                 /* a head's state, in floats of its bytes */
-                const int64_t head = bench_state_bytes(op, FAM_DELTA, s, 0) / (s.B * s.H) /
+                const int64_t head = bench_state_bytes(op, fam, s, norm) / (s.B * s.H) /
                                      (int64_t)sizeof(float);
                 const double two_pass = model_bound(op, isa, nb, threads[ti], head);
                 /* --pool: slot b holds sequence b's H heads */
@@ -188,6 +193,7 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
                                bench_alloc(n),
                                op->model,
                                per,
+                               norm ? s.B * s.H * s.dk * s.dv : -1,
                                op->pool == POOL_NONE ? NULL : &pool};
                 memset(x.states, 0, (size_t)n * sizeof(float));
                 const double sec = bench_time_call(run_token, &x, op->min_time);
@@ -219,4 +225,12 @@ void bench_run_model(const bench_options *op, linattn_isa isa)
                            r.frac_two_pass);
                 fflush(stdout);
             }
+}
+
+void bench_run_model(const bench_options *op, linattn_isa isa)
+{
+    const unsigned fams = op->families_given ? op->families : BIT(FAM_DELTA);
+    for (int f = 0; f < FAM_COUNT; f++)
+        if (fams & BIT(f))
+            run_family(op, isa, (bench_family)f);
 }

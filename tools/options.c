@@ -75,7 +75,9 @@ static void usage(void)
           "                        each timed: mean, p50, p99, max microseconds\n"
           "  --model L             whole-model decode: one token steps L layers' delta\n"
           "                        states in turn (linattn_delta_step, Qwen3-Next shape,\n"
-          "                        gate token unless --gate), B = 1 and 8 unless --shape,\n"
+          "                        gate token unless --gate; with --family additive,\n"
+          "                        linattn_step on the step shape, with --phi and\n"
+          "                        --normalize), B = 1 and 8 unless --shape,\n"
           "                        at 1 thread and all threads (--threads N above 1, else\n"
           "                        the CPUs online); against a read-modify-write pass over\n"
           "                        the same total bytes on the same threads, this run\n"
@@ -337,6 +339,7 @@ bench_options bench_parse_args(int argc, char **argv)
                 op.isa = parse_isa(val);
             break;
         case OPT_FAMILY:
+            op.families_given = 1;
             op.families = parse_name("--family", val, bench_family_names, FAM_COUNT,
                                      (1u << FAM_COUNT) - 1);
             break;
@@ -397,6 +400,10 @@ bench_options bench_parse_args(int argc, char **argv)
         usage_error("--sweep, --decode and --model are separate runs");
     if (op.pool != POOL_NONE && !op.model)
         usage_error("--pool goes with --model");
+    /* --model runs the delta rule unless --family says otherwise */
+    const unsigned model_families = op.families_given ? op.families : 1u << FAM_DELTA;
+    if (op.model && op.pool != POOL_NONE && model_families != 1u << FAM_DELTA)
+        usage_error("--pool goes with the delta rule's --model only");
     if (op.goals && (op.sweep || op.decode || op.model))
         usage_error("--goals follows the default table, not --sweep, --decode or --model");
     if (op.quick)
@@ -405,11 +412,11 @@ bench_options bench_parse_args(int argc, char **argv)
     if (op.decode || op.model)
         run.kernels = 1u << K_STEP;
     if (op.model)
-        run.families = 1u << FAM_DELTA;
+        run.families = model_families;
     int cases = 0;
     for (int f = 0; f < FAM_COUNT; f++) {
         bench_case cs[G_COUNT * PHI_COUNT * 2];
-        if (op.families & (1u << f))
+        if (run.families & (1u << f))
             cases += bench_cases(&run, (bench_family)f, op.sweep != NULL, cs,
                                  (int)(sizeof cs / sizeof *cs));
     }

@@ -38,6 +38,10 @@ done
 # also against the two-pass reference), and through a V-first pool
 run model --model 36 --threads "$ncpu"
 run model-vfirst --model 36 --threads "$ncpu" --pool vfirst
+# an additive model's decode: 24 layers of 4 large heads (GLA, RetNet:
+# dk 256, dv 512, no normaliser), each head's columns shared over threads
+run model-additive --model 24 --family additive --normalize 0 --phi identity \
+    --shape 1,4,1,256,512 --threads "$ncpu"
 # a bfloat16 state's decode step over a float32 one's (the bf16_state goal):
 # B = 8 and B = 32 (from memory), the table AUTO runs (avx512bf16 where the
 # CPU has AVX512-BF16) and the plain avx512 table beside it

@@ -257,6 +257,7 @@ enum { STEP_STACK_BYTES = 8192 };
 static void run_head(const head_job *j, int64_t u, int tid)
 {
     const int64_t i = u / j->pieces, j0 = u % j->pieces * j->width;
+    const int64_t nj = j->c->dv - j0 < j->width ? j->c->dv - j0 : j->width;
     _Alignas(64) unsigned char stack[STEP_STACK_BYTES];
     unsigned char *mine = j->ws ? j->ws + j->w.total * (size_t)tid : stack;
     void *buf = mine + j->w.zero + j->w.zc;
@@ -273,7 +274,7 @@ static void run_head(const head_job *j, int64_t u, int tid)
         unsigned char *after = mine + j->w.zero + j->w.zc + j->w.stage;
         run_chunks(j->kern, &h, &src, (float *)after, after + j->w.chunk_state, buf);
     } else {
-        run_tokens(j->kern, &h, &src, buf, j0, j->c->dv - j0 < j->width ? j->c->dv - j0 : j->width);
+        run_tokens(j->kern, &h, &src, buf, j0, nj);
     }
 }
 
@@ -291,7 +292,7 @@ static void token_loop_split(head_job *j, int wanted)
     if (c->normalize || heads >= wanted)
         return;
     const int64_t by_size =
-        (int64_t)((double)c->head_state_elems * sizeof(float) / LA_MIN_BYTES_PER_THREAD);
+        (int64_t)(c->head_state_elems * sizeof(float) / LA_MIN_BYTES_PER_THREAD);
     const int64_t by_threads = (wanted + heads - 1) / heads;
     const int64_t pieces = by_size < by_threads ? by_size : by_threads;
     if (pieces < 2)

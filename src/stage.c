@@ -161,8 +161,9 @@ void la_stage_in_parts(const la_stage_ops *ops, const la_source *s, int64_t t0, 
          * four vectors, behind an indirect call cost bfloat16 forwards 3%) */
         if (kv && s->v_ts == dv)
             ops->load(s->dt.v, la_at(s->v, s->dt.v, t0 * dv), n * dv, p.v);
-        for (int64_t i = 0; i < n && kv && s->v_ts != dv; i++)
-            ops->load(s->dt.v, la_at(s->v, s->dt.v, (t0 + i) * s->v_ts), dv, p.v + i * dv);
+        else
+            for (int64_t i = 0; i < n && kv; i++)
+                ops->load(s->dt.v, la_at(s->v, s->dt.v, (t0 + i) * s->v_ts), dv, p.v + i * dv);
         h->v = p.v, h->v_ts = dv;
     } else {
         h->v = (const float *)s->v + t0 * s->v_ts, h->v_ts = s->v_ts;

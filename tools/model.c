@@ -229,8 +229,7 @@ static void run_family(const bench_options *op, linattn_isa isa, bench_family fa
 
 void bench_run_model(const bench_options *op, linattn_isa isa)
 {
-    const unsigned fams = op->families_given ? op->families : BIT(FAM_DELTA);
-    for (int f = 0; f < FAM_COUNT; f++)
-        if (fams & BIT(f))
+    for (int f = 0; f < FAM_COUNT; f++) /* options.c: the delta rule unless --family */
+        if (op->families & BIT(f))
             run_family(op, isa, (bench_family)f);
 }

@@ -401,8 +401,9 @@ bench_options bench_parse_args(int argc, char **argv)
     if (op.pool != POOL_NONE && !op.model)
         usage_error("--pool goes with --model");
     /* --model runs the delta rule unless --family says otherwise */
-    const unsigned model_families = op.families_given ? op.families : 1u << FAM_DELTA;
-    if (op.model && op.pool != POOL_NONE && model_families != 1u << FAM_DELTA)
+    if (op.model && !op.families_given)
+        op.families = 1u << FAM_DELTA;
+    if (op.model && op.pool != POOL_NONE && op.families != 1u << FAM_DELTA)
         usage_error("--pool goes with the delta rule's --model only");
     if (op.goals && (op.sweep || op.decode || op.model))
         usage_error("--goals follows the default table, not --sweep, --decode or --model");
@@ -411,8 +412,6 @@ bench_options bench_parse_args(int argc, char **argv)
     bench_options run = op;
     if (op.decode || op.model)
         run.kernels = 1u << K_STEP;
-    if (op.model)
-        run.families = model_families;
     int cases = 0;
     for (int f = 0; f < FAM_COUNT; f++) {
         bench_case cs[G_COUNT * PHI_COUNT * 2];

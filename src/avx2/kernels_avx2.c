@@ -715,37 +715,31 @@ static void state_combine_avx2(const la_head *h, const void *pack, int64_t n, fl
 
 /* ---- recurrent step --------------------------------------------------- */
 
-/* Columns d..d+8nv-1 (w valid in the last vector) against state rows
- * c0..c0+cw-1 (s points at row c0, column d): each row is decayed, updated
- * and read out once, o accumulating in registers. */
-LA_INLINE void token_cols(int nv, int64_t w, float *s, int64_t ld, int64_t cw, const float *qb,
-                          const float *kb, const float *ab, const float *v, float *o, int first,
-                          const float *inv)
+/* Columns [d0, dv) of one row of S: s = a s + k v, o += q s, each sum
+ * carried in o itself: the same operations in the same order as a column
+ * summed in registers, so a column's bits do not depend on where its sum
+ * is kept (nor on how a step's columns are shared between threads). */
+LA_INLINE void token_row_tail(float *s, const float *v, float *o, int64_t d0, int64_t dv,
+                              __m256 a, __m256 k, __m256 q)
 {
-    __m256 acc[4], vv[4];
-    for (int x = 0; x < nv; x++) {
-        const int64_t ww = x == nv - 1 ? w : 8;
-        vv[x] = load8(v + 8 * x, ww);
-        acc[x] = first ? _mm256_setzero_ps() : load8(o + 8 * x, ww);
-    }
-    for (int64_t c = 0; c < cw; c++, s += ld) {
-        const __m256 a = _mm256_broadcast_ss(ab + c), k = _mm256_broadcast_ss(kb + c);
-        const __m256 q = _mm256_broadcast_ss(qb + c);
-        for (int x = 0; x < nv; x++) {
-            const int64_t ww = x == nv - 1 ? w : 8;
-            const __m256 sv = _mm256_fmadd_ps(a, load8(s + 8 * x, ww), _mm256_mul_ps(k, vv[x]));
-            store8(s + 8 * x, sv, ww);
-            acc[x] = _mm256_fmadd_ps(q, sv, acc[x]);
-        }
-    }
-    for (int x = 0; x < nv; x++) {
-        const int64_t ww = x == nv - 1 ? w : 8;
-        store8(o + 8 * x, inv ? _mm256_mul_ps(acc[x], _mm256_set1_ps(*inv)) : acc[x], ww);
+    for (int64_t d = d0; d < dv; d += 8) {
+        const int64_t w = dv - d;
+        const __m256 sv = _mm256_fmadd_ps(a, load8(s + d, w), _mm256_mul_ps(k, load8(v + d, w)));
+        store8(s + d, sv, w);
+        store8(o + d, _mm256_fmadd_ps(q, sv, load8(o + d, w)), w);
     }
 }
 
-static void token_avx2(const la_head *h, const float *q, const float *k, const float *v,
-                       const float *g, float *o)
+/* One token. The rows of S are swept in order, each read and written
+ * whole: whole rows stream from L3 and memory at the prefetchers' pace,
+ * where a sweep per slab of 32 columns (rows read in pieces dv floats
+ * apart) ran at 0.13-0.35 of the read-modify-write bound (Zen 4, dk = dv =
+ * 128: 3-4x slower; docs/kernels.md). The first NR vectors' sums stay in
+ * registers (v too when NR <= 4), the columns past them sum in o: from L1
+ * and L2 that costs 1.1-1.3x against the slabs. phi and the decays of CB
+ * channels are made first, as independent vectors. */
+LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, const float *v,
+                          const float *g, float *o, const int NR)
 {
     const int64_t dk = h->dk, dv = h->dv, ld = h->s_ld ? h->s_ld : dv;
     float qb[CB] __attribute__((aligned(32))), kb[CB] __attribute__((aligned(32)));
@@ -753,8 +747,14 @@ static void token_avx2(const la_head *h, const float *q, const float *k, const f
     const __m256 scale = _mm256_set1_ps(h->scale);
     const __m256 atok =
         h->gate == LA_GATE_TOKEN ? decay8(_mm256_set1_ps(g[0])) : _mm256_set1_ps(1.0f);
-    __m256 den = _mm256_setzero_ps();
-    float inv = 0.0f;
+    __m256 den = _mm256_setzero_ps(), acc[8], vv[4];
+    for (int x = 0; x < NR; x++) {
+        acc[x] = _mm256_setzero_ps();
+        if (NR <= 4)
+            vv[x % 4] = _mm256_loadu_ps(v + 8 * x);
+    }
+    for (int64_t d = 8 * NR; d < dv; d += 8)
+        store8(o + d, _mm256_setzero_ps(), dv - d);
     for (int64_t c0 = 0; c0 < dk; c0 += CB) {
         const int64_t cw = dk - c0 < CB ? dk - c0 : CB;
         for (int64_t l = 0; l < cw; l += 8) {
@@ -779,18 +779,41 @@ static void token_avx2(const la_head *h, const float *q, const float *k, const f
                 den = _mm256_fmadd_ps(qv, zv, den);
             }
         }
-        /* den is complete once the last block's z is updated: fold 1/den
-         * into that block's stores. */
-        const int lastb = c0 + cw == dk;
-        if (lastb && h->z)
-            inv = 1.0f / (hsum8(den) + h->eps);
-        const float *scl = lastb && h->z ? &inv : NULL;
         float *srow = h->s + c0 * ld;
-        int64_t d = 0;
-        for (; d + 32 <= dv; d += 32)
-            token_cols(4, 8, srow + d, ld, cw, qb, kb, ab, v + d, o + d, c0 == 0, scl);
-        for (; d < dv; d += 8)
-            token_cols(1, dv - d, srow + d, ld, cw, qb, kb, ab, v + d, o + d, c0 == 0, scl);
+        for (int64_t c = 0; c < cw; c++, srow += ld) {
+            const __m256 a = _mm256_broadcast_ss(ab + c), kc = _mm256_broadcast_ss(kb + c);
+            const __m256 qc = _mm256_broadcast_ss(qb + c);
+            for (int x = 0; x < NR; x++) { /* s = a s + k v (a = 1 without a gate), o += q s */
+                const __m256 vx = NR <= 4 ? vv[x % 4] : _mm256_loadu_ps(v + 8 * x);
+                const __m256 sv = _mm256_fmadd_ps(a, _mm256_loadu_ps(srow + 8 * x),
+                                                  _mm256_mul_ps(kc, vx));
+                _mm256_storeu_ps(srow + 8 * x, sv);
+                acc[x] = _mm256_fmadd_ps(qc, sv, acc[x]);
+            }
+            token_row_tail(srow, v, o, 8 * NR, dv, a, kc, qc);
+        }
+    }
+    const __m256 inv = _mm256_set1_ps(h->z ? 1.0f / (hsum8(den) + h->eps) : 1.0f);
+    for (int x = 0; x < NR; x++)
+        _mm256_storeu_ps(o + 8 * x, h->z ? _mm256_mul_ps(acc[x], inv) : acc[x]);
+    if (h->z)
+        for (int64_t d = 8 * NR; d < dv; d += 8)
+            store8(o + d, _mm256_mul_ps(load8(o + d, dv - d), inv), dv - d);
+}
+
+static void token_avx2(const la_head *h, const float *q, const float *k, const float *v,
+                       const float *g, float *o)
+{
+    switch (h->dv / 8 < 8 ? h->dv / 8 : 8) { /* whole vectors in registers, up to 8 */
+    case 0: token_rows(h, q, k, v, g, o, 0); break;
+    case 1: token_rows(h, q, k, v, g, o, 1); break;
+    case 2: token_rows(h, q, k, v, g, o, 2); break;
+    case 3: token_rows(h, q, k, v, g, o, 3); break;
+    case 4: token_rows(h, q, k, v, g, o, 4); break;
+    case 5: token_rows(h, q, k, v, g, o, 5); break;
+    case 6: token_rows(h, q, k, v, g, o, 6); break;
+    case 7: token_rows(h, q, k, v, g, o, 7); break;
+    default: token_rows(h, q, k, v, g, o, 8); break;
     }
 }
 

@@ -716,30 +716,91 @@ static void state_combine_avx512(const la_head *h, const void *pack, int64_t n, 
 
 /* ---- one token --------------------------------------------------------- */
 
-/* Columns d0..d0+16*NV-1 of one token (NV <= 8: dv = 128 is one slab, so
- * phi and the decays are computed once per token and o stays in 8 zmm over
- * the whole row loop). The pass over S is pure streaming: per 16 floats one
- * load, two FMAs (three with a gate: a s + k v) and one store; full slabs use
- * unmasked loads and stores. The first slab also updates z and sets *inv;
- * later slabs only read it. */
-LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, const float *v,
-                          const float *g, float *o, int64_t d0, const int NV, float *inv)
+/* The register columns of one row of S: s = a s + k v (without a gate,
+ * s + k v, rounded once), o += q s. */
+LA_INLINE void row_regs(float *s, const float *v, const __m512 *vv, __m512 *acc, const int NV,
+                        int gated, __m512 xa, __m512 xk, __m512 xq)
 {
-    const int64_t dk = h->dk, dv = h->dv, ld = h->s_ld ? h->s_ld : dv;
-    const int first = d0 == 0, full = dv - d0 >= NV * W, gated = h->gate != LA_GATE_NONE;
-    __mmask16 mv[8];
-    __m512 vv[8], acc[8];
     for (int j = 0; j < NV; j++) {
-        mv[j] = la_tail(dv - d0 - j * W);
-        vv[j] = la_load(mv[j], v + d0 + j * W);
+        const __m512 vj = NV <= 8 ? vv[j % 8] : _mm512_loadu_ps(v + j * W);
+        const __m512 old = _mm512_loadu_ps(s + j * W);
+        const __m512 sv = gated ? _mm512_fmadd_ps(xa, old, _mm512_mul_ps(xk, vj))
+                                : _mm512_fmadd_ps(xk, vj, old);
+        _mm512_storeu_ps(s + j * W, sv);
+        acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
+    }
+}
+
+/* One vector (mask m) of the columns past the register ones, its sum
+ * carried in o itself: the same operations in the same order as a register
+ * column, so a column's bits do not depend on where its sum is kept (nor,
+ * therefore, on how a step's columns are shared between threads). */
+LA_INLINE void row_tail_vec(float *s, const float *v, float *o, __mmask16 m, const int GATED,
+                            const __m512 x[3])
+{
+    const __m512 old = la_load(m, s), vd = la_load(m, v);
+    const __m512 sv = GATED ? _mm512_fmadd_ps(x[0], old, _mm512_mul_ps(x[1], vd))
+                            : _mm512_fmadd_ps(x[1], vd, old);
+    la_store(s, m, sv);
+    la_store(o, m, _mm512_fmadd_ps(x[2], sv, la_load(m, o)));
+}
+
+/* Columns [0, n) past the register ones of one row (s, v and o at the
+ * first of them). */
+LA_INLINE void row_tail(float *s, const float *v, float *o, int64_t n, const int GATED,
+                        const __m512 x[3])
+{
+    int64_t d = 0;
+    for (; d + W <= n; d += W)
+        row_tail_vec(s + d, v + d, o + d, (__mmask16)0xffff, GATED, x);
+    if (d < n)
+        row_tail_vec(s + d, v + d, o + d, la_tail(n - d), GATED, x);
+}
+
+/* Rows [0, n) of S from srow (row stride ld), every column in registers
+ * or, with TAIL, the nt columns past NV * W in o. */
+LA_INLINE void rows_full(float *srow, int64_t ld, int64_t n, const float *qa, const float *ka,
+                         const float *aa, const float *v, float *o, const __m512 *vv,
+                         __m512 *acc, const int NV, const int TAIL, int64_t nt, const int GATED)
+{
+    for (int64_t c = 0; c < n; c++, srow += ld) {
+        const __m512 x[3] = {_mm512_set1_ps(aa[c]), _mm512_set1_ps(ka[c]), _mm512_set1_ps(qa[c])};
+        row_regs(srow, v, vv, acc, NV, GATED, x[0], x[1], x[2]);
+        if (TAIL)
+            row_tail(srow + NV * W, v + NV * W, o + NV * W, nt, GATED, x);
+    }
+}
+
+/* One token. The rows of S are swept in order, each read and written
+ * whole: whole rows stream from memory at the prefetchers' pace, where a
+ * sweep per slab of 128 columns (every row read in pieces dv floats apart)
+ * ran at 0.32-0.40 of the read-modify-write bound from memory against
+ * 0.84-0.95 (Zen 4, docs/kernels.md). The sums of the first NV vectors of
+ * columns stay in registers (v too when NV <= 8); with TAIL the columns past
+ * them sum in o, a load and a store more per vector, which costs 1.4x in L2
+ * at dv = 512. Per vector otherwise: one load, two FMAs (three with a gate:
+ * a s + k v) and one store. phi and the decays of up to SG channels are made
+ * first, as independent vectors (the exp latencies overlap). */
+LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, const float *v,
+                          const float *g, float *o, const int NV, const int TAIL)
+{
+    const int64_t dk = h->dk, dv = h->dv, ld = h->s_ld ? h->s_ld : dv, nt = dv - NV * W;
+    const int full = dv >= NV * W, gated = h->gate != LA_GATE_NONE;
+    __mmask16 mv[16];
+    __m512 vv[8], acc[16];
+    for (int j = 0; j < NV; j++) {
+        mv[j] = la_tail(dv - j * W);
+        if (NV <= 8)
+            vv[j % 8] = la_load(mv[j], v + j * W);
         acc[j] = _mm512_setzero_ps();
     }
+    if (TAIL)
+        for (int64_t d = 0; d < nt; d += W)
+            la_store(o + NV * W + d, la_tail(nt - d), _mm512_setzero_ps());
     __m512 dsum = _mm512_setzero_ps();
     __m512 av = _mm512_set1_ps(1.0f);
     if (h->gate == LA_GATE_TOKEN)
         av = _mm512_set1_ps(g[0] < LA_EXP_ZERO_BELOW ? 0.0f : expf(g[0]));
-    /* Features and decays of up to SG channels first, as independent vectors
-     * (the exp latencies overlap), then the streaming pass over their rows. */
     _Alignas(64) float qa[SG], ka[SG], aa[SG];
     for (int64_t g0 = 0; g0 < dk; g0 += SG) {
         const int64_t gn = min64(SG, dk - g0);
@@ -750,7 +811,7 @@ LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, cons
             const __m512 kv = phi_v(h->phi, la_load(mc, k + g0 + c));
             if (h->gate == LA_GATE_CHANNEL)
                 av = la_exp(la_load(mc, g + g0 + c));
-            if (first && h->z && h->zc) { /* compensated: z + zc carries the exact sum */
+            if (h->z && h->zc) { /* compensated: z + zc carries the exact sum */
                 const __m512 zo = la_load(mc, h->z + g0 + c);
                 const __m512 y = _mm512_fmadd_ps(av, la_load(mc, h->zc + g0 + c), kv);
                 const __m512 zv = _mm512_fmadd_ps(av, zo, y);
@@ -759,7 +820,7 @@ LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, cons
                 la_store(h->zc + g0 + c, mc, cv);
                 const __m512 qm = _mm512_maskz_mov_ps(mc, qv);
                 dsum = _mm512_fmadd_ps(qm, cv, _mm512_fmadd_ps(qm, zv, dsum));
-            } else if (first && h->z) {
+            } else if (h->z) {
                 const __m512 zv = _mm512_fmadd_ps(av, la_load(mc, h->z + g0 + c), kv);
                 la_store(h->z + g0 + c, mc, zv);
                 dsum = _mm512_fmadd_ps(_mm512_maskz_mov_ps(mc, qv), zv, dsum);
@@ -768,65 +829,56 @@ LA_INLINE void token_slab(const la_head *h, const float *q, const float *k, cons
             _mm512_store_ps(ka + c, kv);
             _mm512_store_ps(aa + c, av);
         }
-        float *srow = h->s + g0 * ld + d0;
-        if (full && !gated) {
-            for (int64_t c = 0; c < gn; c++, srow += ld) {
-                const __m512 xk = _mm512_set1_ps(ka[c]), xq = _mm512_set1_ps(qa[c]);
-                for (int j = 0; j < NV; j++) {
-                    const __m512 sv = _mm512_fmadd_ps(xk, vv[j], _mm512_loadu_ps(srow + j * W));
-                    _mm512_storeu_ps(srow + j * W, sv);
-                    acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
-                }
-            }
-        } else if (full) {
+        float *srow = h->s + g0 * ld;
+        if (full && gated)
+            rows_full(srow, ld, gn, qa, ka, aa, v, o, vv, acc, NV, TAIL, nt, 1);
+        else if (full)
+            rows_full(srow, ld, gn, qa, ka, aa, v, o, vv, acc, NV, TAIL, nt, 0);
+        else if (NV <= 8) { /* dv < NV * W: no tail, v in registers */
             for (int64_t c = 0; c < gn; c++, srow += ld) {
                 const __m512 xa = _mm512_set1_ps(aa[c]), xk = _mm512_set1_ps(ka[c]),
                              xq = _mm512_set1_ps(qa[c]);
                 for (int j = 0; j < NV; j++) {
-                    const __m512 sv = _mm512_fmadd_ps(xa, _mm512_loadu_ps(srow + j * W),
-                                                      _mm512_mul_ps(xk, vv[j]));
-                    _mm512_storeu_ps(srow + j * W, sv);
-                    acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
-                }
-            }
-        } else {
-            for (int64_t c = 0; c < gn; c++, srow += ld) {
-                const __m512 xa = _mm512_set1_ps(aa[c]), xk = _mm512_set1_ps(ka[c]),
-                             xq = _mm512_set1_ps(qa[c]);
-                for (int j = 0; j < NV; j++) {
-                    /* without a gate, the full slabs' one rounding: a
-                     * column's bits do not depend on its slab */
                     const __m512 old = la_load(mv[j], srow + j * W);
-                    const __m512 sv = gated ? _mm512_fmadd_ps(xa, old, _mm512_mul_ps(xk, vv[j]))
-                                            : _mm512_fmadd_ps(xk, vv[j], old);
+                    const __m512 sv = gated
+                                          ? _mm512_fmadd_ps(xa, old, _mm512_mul_ps(xk, vv[j % 8]))
+                                          : _mm512_fmadd_ps(xk, vv[j % 8], old);
                     la_store(srow + j * W, mv[j], sv);
                     acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
                 }
             }
         }
     }
-    if (first && h->z)
-        *inv = 1.0f / (la_hsum(dsum) + h->eps);
+    const __m512 inv = _mm512_set1_ps(h->z ? 1.0f / (la_hsum(dsum) + h->eps) : 1.0f);
     for (int j = 0; j < NV; j++)
-        la_store(o + d0 + j * W, mv[j],
-                 h->z ? _mm512_mul_ps(acc[j], _mm512_set1_ps(*inv)) : acc[j]);
+        la_store(o + j * W, mv[j], h->z ? _mm512_mul_ps(acc[j], inv) : acc[j]);
+    if (TAIL && h->z)
+        for (int64_t d = NV * W; d < dv; d += W) {
+            const __mmask16 m = la_tail(dv - d);
+            la_store(o + d, m, _mm512_mul_ps(la_load(m, o + d), inv));
+        }
 }
 
 static void token_avx512(const la_head *h, const float *q, const float *k, const float *v,
                          const float *g, float *o)
 {
-    float inv = 1.0f;
-    for (int64_t d0 = 0; d0 < h->dv; d0 += 8 * W) {
-        switch ((min64(8 * W, h->dv - d0) + W - 1) / W) {
-        case 1: token_slab(h, q, k, v, g, o, d0, 1, &inv); break;
-        case 2: token_slab(h, q, k, v, g, o, d0, 2, &inv); break;
-        case 3: token_slab(h, q, k, v, g, o, d0, 3, &inv); break;
-        case 4: token_slab(h, q, k, v, g, o, d0, 4, &inv); break;
-        case 5: token_slab(h, q, k, v, g, o, d0, 5, &inv); break;
-        case 6: token_slab(h, q, k, v, g, o, d0, 6, &inv); break;
-        case 7: token_slab(h, q, k, v, g, o, d0, 7, &inv); break;
-        default: token_slab(h, q, k, v, g, o, d0, 8, &inv); break;
-        }
+    switch ((h->dv + W - 1) / W) {
+    case 1: token_rows(h, q, k, v, g, o, 1, 0); break;
+    case 2: token_rows(h, q, k, v, g, o, 2, 0); break;
+    case 3: token_rows(h, q, k, v, g, o, 3, 0); break;
+    case 4: token_rows(h, q, k, v, g, o, 4, 0); break;
+    case 5: token_rows(h, q, k, v, g, o, 5, 0); break;
+    case 6: token_rows(h, q, k, v, g, o, 6, 0); break;
+    case 7: token_rows(h, q, k, v, g, o, 7, 0); break;
+    case 8: token_rows(h, q, k, v, g, o, 8, 0); break;
+    default: /* 16 vectors in registers from dv = 256, else 8 */
+        if (h->dv < 16 * W)
+            token_rows(h, q, k, v, g, o, 8, 1);
+        else if (h->dv == 16 * W)
+            token_rows(h, q, k, v, g, o, 16, 0);
+        else
+            token_rows(h, q, k, v, g, o, 16, 1);
+        break;
     }
 }
 

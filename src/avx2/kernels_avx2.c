@@ -715,16 +715,23 @@ static void state_combine_avx2(const la_head *h, const void *pack, int64_t n, fl
 
 /* ---- recurrent step --------------------------------------------------- */
 
+/* A state vector's update: a s + k v, or s + k v rounded once without a
+ * gate. */
+LA_INLINE __m256 update8(__m256 s, __m256 v, const int GATED, __m256 a, __m256 k)
+{
+    return GATED ? _mm256_fmadd_ps(a, s, _mm256_mul_ps(k, v)) : _mm256_fmadd_ps(k, v, s);
+}
+
 /* Columns [d0, dv) of one row of S: s = a s + k v, o += q s, each sum
  * carried in o itself: the same operations in the same order as a column
  * summed in registers, so a column's bits do not depend on where its sum
  * is kept (nor on how a step's columns are shared between threads). */
 LA_INLINE void token_row_tail(float *s, const float *v, float *o, int64_t d0, int64_t dv,
-                              __m256 a, __m256 k, __m256 q)
+                              const int GATED, __m256 a, __m256 k, __m256 q)
 {
     for (int64_t d = d0; d < dv; d += 8) {
         const int64_t w = dv - d;
-        const __m256 sv = _mm256_fmadd_ps(a, load8(s + d, w), _mm256_mul_ps(k, load8(v + d, w)));
+        const __m256 sv = update8(load8(s + d, w), load8(v + d, w), GATED, a, k);
         store8(s + d, sv, w);
         store8(o + d, _mm256_fmadd_ps(q, sv, load8(o + d, w)), w);
     }
@@ -739,7 +746,7 @@ LA_INLINE void token_row_tail(float *s, const float *v, float *o, int64_t d0, in
  * and L2 that costs 1.1-1.3x against the slabs. phi and the decays of CB
  * channels are made first, as independent vectors. */
 LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, const float *v,
-                          const float *g, float *o, const int NR)
+                          const float *g, float *o, const int NR, const int GATED)
 {
     const int64_t dk = h->dk, dv = h->dv, ld = h->s_ld ? h->s_ld : dv;
     float qb[CB] __attribute__((aligned(32))), kb[CB] __attribute__((aligned(32)));
@@ -783,14 +790,13 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
         for (int64_t c = 0; c < cw; c++, srow += ld) {
             const __m256 a = _mm256_broadcast_ss(ab + c), kc = _mm256_broadcast_ss(kb + c);
             const __m256 qc = _mm256_broadcast_ss(qb + c);
-            for (int x = 0; x < NR; x++) { /* s = a s + k v (a = 1 without a gate), o += q s */
+            for (int x = 0; x < NR; x++) { /* o += q s */
                 const __m256 vx = NR <= 4 ? vv[x % 4] : _mm256_loadu_ps(v + 8 * x);
-                const __m256 sv = _mm256_fmadd_ps(a, _mm256_loadu_ps(srow + 8 * x),
-                                                  _mm256_mul_ps(kc, vx));
+                const __m256 sv = update8(_mm256_loadu_ps(srow + 8 * x), vx, GATED, a, kc);
                 _mm256_storeu_ps(srow + 8 * x, sv);
                 acc[x] = _mm256_fmadd_ps(qc, sv, acc[x]);
             }
-            token_row_tail(srow, v, o, 8 * NR, dv, a, kc, qc);
+            token_row_tail(srow, v, o, 8 * NR, dv, GATED, a, kc, qc);
         }
     }
     const __m256 inv = _mm256_set1_ps(h->z ? 1.0f / (hsum8(den) + h->eps) : 1.0f);
@@ -801,20 +807,30 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
             store8(o + d, _mm256_mul_ps(load8(o + d, dv - d), inv), dv - d);
 }
 
+LA_INLINE void token_nr(const la_head *h, const float *q, const float *k, const float *v,
+                        const float *g, float *o, int nr, const int GATED)
+{
+    switch (nr) {
+    case 0: token_rows(h, q, k, v, g, o, 0, GATED); break;
+    case 1: token_rows(h, q, k, v, g, o, 1, GATED); break;
+    case 2: token_rows(h, q, k, v, g, o, 2, GATED); break;
+    case 3: token_rows(h, q, k, v, g, o, 3, GATED); break;
+    case 4: token_rows(h, q, k, v, g, o, 4, GATED); break;
+    case 5: token_rows(h, q, k, v, g, o, 5, GATED); break;
+    case 6: token_rows(h, q, k, v, g, o, 6, GATED); break;
+    case 7: token_rows(h, q, k, v, g, o, 7, GATED); break;
+    default: token_rows(h, q, k, v, g, o, 8, GATED); break;
+    }
+}
+
 static void token_avx2(const la_head *h, const float *q, const float *k, const float *v,
                        const float *g, float *o)
 {
-    switch (h->dv / 8 < 8 ? h->dv / 8 : 8) { /* whole vectors in registers, up to 8 */
-    case 0: token_rows(h, q, k, v, g, o, 0); break;
-    case 1: token_rows(h, q, k, v, g, o, 1); break;
-    case 2: token_rows(h, q, k, v, g, o, 2); break;
-    case 3: token_rows(h, q, k, v, g, o, 3); break;
-    case 4: token_rows(h, q, k, v, g, o, 4); break;
-    case 5: token_rows(h, q, k, v, g, o, 5); break;
-    case 6: token_rows(h, q, k, v, g, o, 6); break;
-    case 7: token_rows(h, q, k, v, g, o, 7); break;
-    default: token_rows(h, q, k, v, g, o, 8); break;
-    }
+    const int nr = h->dv / 8 < 8 ? (int)(h->dv / 8) : 8; /* whole vectors in registers */
+    if (h->gate == LA_GATE_NONE)
+        token_nr(h, q, k, v, g, o, nr, 0);
+    else
+        token_nr(h, q, k, v, g, o, nr, 1);
 }
 
 

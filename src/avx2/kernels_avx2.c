@@ -740,10 +740,10 @@ LA_INLINE void token_row_tail(float *s, const float *v, float *o, int64_t d0, in
 /* One token. The rows of S are swept in order, each read and written
  * whole: whole rows stream from L3 and memory at the prefetchers' pace,
  * where a sweep per slab of 32 columns (rows read in pieces dv floats
- * apart) ran at 0.13-0.35 of the read-modify-write bound (Zen 4, dk = dv =
- * 128: 3-4x slower; docs/kernels.md). The first NR vectors' sums stay in
+ * apart) ran at 0.13-0.41 of the read-modify-write bound (Zen 4, dk = dv =
+ * 128: 2-4x slower; docs/kernels.md). The first NR vectors' sums stay in
  * registers (v too when NR <= 4), the columns past them sum in o: from L1
- * and L2 that costs 1.1-1.3x against the slabs. phi and the decays of CB
+ * and L2 that costs 1.1-1.15x against the slabs. phi and the decays of CB
  * channels are made first, as independent vectors. */
 LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, const float *v,
                           const float *g, float *o, const int NR, const int GATED)

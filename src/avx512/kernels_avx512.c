@@ -719,12 +719,12 @@ static void state_combine_avx512(const la_head *h, const void *pack, int64_t n, 
 /* The register columns of one row of S: s = a s + k v (without a gate,
  * s + k v, rounded once), o += q s. */
 LA_INLINE void row_regs(float *s, const float *v, const __m512 *vv, __m512 *acc, const int NV,
-                        int gated, __m512 xa, __m512 xk, __m512 xq)
+                        const int GATED, __m512 xa, __m512 xk, __m512 xq)
 {
     for (int j = 0; j < NV; j++) {
         const __m512 vj = NV <= 8 ? vv[j % 8] : _mm512_loadu_ps(v + j * W);
         const __m512 old = _mm512_loadu_ps(s + j * W);
-        const __m512 sv = gated ? _mm512_fmadd_ps(xa, old, _mm512_mul_ps(xk, vj))
+        const __m512 sv = GATED ? _mm512_fmadd_ps(xa, old, _mm512_mul_ps(xk, vj))
                                 : _mm512_fmadd_ps(xk, vj, old);
         _mm512_storeu_ps(s + j * W, sv);
         acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
@@ -774,8 +774,8 @@ LA_INLINE void rows_full(float *srow, int64_t ld, int64_t n, const float *qa, co
 /* One token. The rows of S are swept in order, each read and written
  * whole: whole rows stream from memory at the prefetchers' pace, where a
  * sweep per slab of 128 columns (every row read in pieces dv floats apart)
- * ran at 0.32-0.40 of the read-modify-write bound from memory against
- * 0.84-0.95 (Zen 4, docs/kernels.md). The sums of the first NV vectors of
+ * ran at 0.33-0.42 of the read-modify-write bound from memory against
+ * 0.71-0.93 (Zen 4, docs/kernels.md). The sums of the first NV vectors of
  * columns stay in registers (v too when NV <= 8); with TAIL the columns past
  * them sum in o, a load and a store more per vector, which costs 1.4x in L2
  * at dv = 512. Per vector otherwise: one load, two FMAs (three with a gate:

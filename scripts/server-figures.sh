@@ -42,6 +42,10 @@ run model-vfirst --model 36 --threads "$ncpu" --pool vfirst
 # dk 256, dv 512, no normaliser), each head's columns shared over threads
 run model-additive --model 24 --family additive --normalize 0 --phi identity \
     --shape 1,4,1,256,512 --threads "$ncpu"
+# the delta rule's decode with heads wider than its 128-column tile (fla's
+# Gated DeltaNet layer: dk 256, dv 512), whose rows are read in pieces
+run model-delta-wide --model 24 --family delta --gate token --shape 1,4,1,256,512 \
+    --threads "$ncpu"
 # a bfloat16 state's decode step over a float32 one's (the bf16_state goal):
 # B = 8 and B = 32 (from memory), the table AUTO runs (avx512bf16 where the
 # CPU has AVX512-BF16) and the plain avx512 table beside it

@@ -693,6 +693,33 @@ START_TEST(types_against_oracle)
 }
 END_TEST
 
+/* Additive steps and short AUTO calls (the token loop) on rows wider than
+ * a table's register columns (avx512: 128 or 256 columns in registers,
+ * the rest summed in o, here the stage's float panel), every input, output
+ * and state type. */
+START_TEST(wide_token_rows_through_stage)
+{
+    static const int64_t dvs[] = {200, 300, 520};
+    int n = 0;
+    for (int in = LINATTN_BF16; in <= LINATTN_F16; in++)
+        for (int ot = LINATTN_F32; ot <= LINATTN_F16; ot++)
+            for (int st = 0; st <= 1; st++, n++) {
+                dcase c = dcase_default(0, 1, 2, n % 2 ? 5 : 1, 3 + n % 7, dvs[n % 3]);
+                c.step = n % 2 == 0;
+                c.algo = LINATTN_ALGO_AUTO;
+                c.dt = (linattn_dtypes){.q = (linattn_dtype)in, .k = (linattn_dtype)in,
+                                        .v = (linattn_dtype)in, .beta = (linattn_dtype)in,
+                                        .o = (linattn_dtype)ot,
+                                        .s = st ? LINATTN_BF16 : LINATTN_F32};
+                c.with_state = 1;
+                c.gate = (linattn_gate)(n % 4);
+                c.strided = n % 3 == 1;
+                c.threads = 1 + n % 2;
+                run_case(&c);
+            }
+}
+END_TEST
+
 /* The non-causal forward through the input stage, which makes its rows a
  * block of 64 tokens at a time in two passes (state, then outputs): T
  * below, at and across blocks, every input and output type, q/k L2
@@ -1037,6 +1064,7 @@ static Suite *dtypes_suite(const la_table *t)
     tcase_add_checked_fixture(calls, use_table, NULL);
     tcase_set_timeout(calls, 600);
     tcase_add_test(calls, types_against_oracle);
+    tcase_add_test(calls, wide_token_rows_through_stage);
     tcase_add_test(calls, noncausal_types_against_oracle);
     tcase_add_test(calls, activations_against_oracle);
     tcase_add_test(calls, grouped_heads_and_sizes);

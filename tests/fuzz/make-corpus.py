@@ -166,6 +166,13 @@ def seeds():
     s["forward-chunk-huge"] = call(gate="token", chunk=2**63 - 1, algo="chunked")
     s["forward-threads-intmax"] = call(threads=2**31 - 1, gate="token", algo="chunked")
     s["step-threads-100000"] = call(kind="step", threads=100000, B=3, H=4)
+    # rows wider than the register columns (avx2: 64, avx512: 128 or 256),
+    # the rest summed in o; without the normaliser shared over threads
+    s["step-wide-rows-200"] = call(kind="step", B=1, H=2, dk=5, dv=200, gate="token",
+                                   normalize=0, phi="identity", threads=2)
+    s["step-wide-rows-1000"] = call(kind="step", B=1, H=1, dk=3, dv=1000, gate="channel")
+    s["forward-wide-rows-short"] = call(B=1, H=1, T=3, dk=7, dv=1000, gate="none",
+                                        normalize=0, phi="relu", threads=2)
     s["forward-reset-gate"] = call(gate="token", algo="chunked", T=40,
                                    regimes={"g": 2}, normalize=0, phi="identity")
     s["forward-reset-channel"] = call(gate="channel", algo="chunked", T=40,

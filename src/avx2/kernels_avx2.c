@@ -27,6 +27,7 @@
 
 #include "../ftz_x86.h"
 #include "../table.h"
+#include "../tile_dispatch.h"
 #include "simd256.h"
 
 
@@ -810,17 +811,13 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
 LA_INLINE void token_nr(const la_head *h, const float *q, const float *k, const float *v,
                         const float *g, float *o, int nr, const int GATED)
 {
-    switch (nr) {
-    case 0: token_rows(h, q, k, v, g, o, 0, GATED); break;
-    case 1: token_rows(h, q, k, v, g, o, 1, GATED); break;
-    case 2: token_rows(h, q, k, v, g, o, 2, GATED); break;
-    case 3: token_rows(h, q, k, v, g, o, 3, GATED); break;
-    case 4: token_rows(h, q, k, v, g, o, 4, GATED); break;
-    case 5: token_rows(h, q, k, v, g, o, 5, GATED); break;
-    case 6: token_rows(h, q, k, v, g, o, 6, GATED); break;
-    case 7: token_rows(h, q, k, v, g, o, 7, GATED); break;
-    default: token_rows(h, q, k, v, g, o, 8, GATED); break;
+    if (nr == 0) { /* dv < 8: every column summed in o */
+        token_rows(h, q, k, v, g, o, 0, GATED);
+        return;
     }
+#define RUN(n) token_rows(h, q, k, v, g, o, n, GATED)
+    LA_TILE_SWITCH(nr, 8, RUN);
+#undef RUN
 }
 
 static void token_avx2(const la_head *h, const float *q, const float *k, const float *v,

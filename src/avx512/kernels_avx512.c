@@ -10,6 +10,7 @@
 
 #include "../ftz_x86.h"
 #include "../table.h"
+#include "../tile_dispatch.h"
 #include "simd512.h"
 
 enum {
@@ -862,23 +863,17 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
 static void token_avx512(const la_head *h, const float *q, const float *k, const float *v,
                          const float *g, float *o)
 {
-    switch ((h->dv + W - 1) / W) {
-    case 1: token_rows(h, q, k, v, g, o, 1, 0); break;
-    case 2: token_rows(h, q, k, v, g, o, 2, 0); break;
-    case 3: token_rows(h, q, k, v, g, o, 3, 0); break;
-    case 4: token_rows(h, q, k, v, g, o, 4, 0); break;
-    case 5: token_rows(h, q, k, v, g, o, 5, 0); break;
-    case 6: token_rows(h, q, k, v, g, o, 6, 0); break;
-    case 7: token_rows(h, q, k, v, g, o, 7, 0); break;
-    case 8: token_rows(h, q, k, v, g, o, 8, 0); break;
-    default: /* 16 vectors in registers from dv = 256, else 8 */
-        if (h->dv < 16 * W)
-            token_rows(h, q, k, v, g, o, 8, 1);
-        else if (h->dv == 16 * W)
-            token_rows(h, q, k, v, g, o, 16, 0);
-        else
-            token_rows(h, q, k, v, g, o, 16, 1);
-        break;
+    const int64_t nv = (h->dv + W - 1) / W;
+    if (nv <= 8) {
+#define RUN(n) token_rows(h, q, k, v, g, o, n, 0)
+        LA_TILE_SWITCH(nv, 8, RUN);
+#undef RUN
+    } else if (h->dv < 16 * W) { /* 8 vectors in registers below dv = 256, 16 from it */
+        token_rows(h, q, k, v, g, o, 8, 1);
+    } else if (h->dv == 16 * W) {
+        token_rows(h, q, k, v, g, o, 16, 0);
+    } else {
+        token_rows(h, q, k, v, g, o, 16, 1);
     }
 }
 

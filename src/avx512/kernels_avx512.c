@@ -717,16 +717,21 @@ static void state_combine_avx512(const la_head *h, const void *pack, int64_t n, 
 
 /* ---- one token --------------------------------------------------------- */
 
-/* The register columns of one row of S: s = a s + k v (without a gate,
- * s + k v, rounded once), o += q s. */
+/* A state vector's update: a s + k v, or s + k v rounded once without a
+ * gate (every part of the token op, so a column's bits do not depend on
+ * which part holds it). */
+LA_INLINE __m512 update16(__m512 s, __m512 v, int gated, __m512 xa, __m512 xk)
+{
+    return gated ? _mm512_fmadd_ps(xa, s, _mm512_mul_ps(xk, v)) : _mm512_fmadd_ps(xk, v, s);
+}
+
+/* The register columns of one row of S: s updated, o += q s. */
 LA_INLINE void row_regs(float *s, const float *v, const __m512 *vv, __m512 *acc, const int NV,
                         const int GATED, __m512 xa, __m512 xk, __m512 xq)
 {
     for (int j = 0; j < NV; j++) {
         const __m512 vj = NV <= 8 ? vv[j % 8] : _mm512_loadu_ps(v + j * W);
-        const __m512 old = _mm512_loadu_ps(s + j * W);
-        const __m512 sv = GATED ? _mm512_fmadd_ps(xa, old, _mm512_mul_ps(xk, vj))
-                                : _mm512_fmadd_ps(xk, vj, old);
+        const __m512 sv = update16(_mm512_loadu_ps(s + j * W), vj, GATED, xa, xk);
         _mm512_storeu_ps(s + j * W, sv);
         acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
     }
@@ -737,25 +742,23 @@ LA_INLINE void row_regs(float *s, const float *v, const __m512 *vv, __m512 *acc,
  * column, so a column's bits do not depend on where its sum is kept (nor,
  * therefore, on how a step's columns are shared between threads). */
 LA_INLINE void row_tail_vec(float *s, const float *v, float *o, __mmask16 m, const int GATED,
-                            const __m512 x[3])
+                            __m512 xa, __m512 xk, __m512 xq)
 {
-    const __m512 old = la_load(m, s), vd = la_load(m, v);
-    const __m512 sv = GATED ? _mm512_fmadd_ps(x[0], old, _mm512_mul_ps(x[1], vd))
-                            : _mm512_fmadd_ps(x[1], vd, old);
+    const __m512 sv = update16(la_load(m, s), la_load(m, v), GATED, xa, xk);
     la_store(s, m, sv);
-    la_store(o, m, _mm512_fmadd_ps(x[2], sv, la_load(m, o)));
+    la_store(o, m, _mm512_fmadd_ps(xq, sv, la_load(m, o)));
 }
 
 /* Columns [0, n) past the register ones of one row (s, v and o at the
  * first of them). */
 LA_INLINE void row_tail(float *s, const float *v, float *o, int64_t n, const int GATED,
-                        const __m512 x[3])
+                        __m512 xa, __m512 xk, __m512 xq)
 {
     int64_t d = 0;
     for (; d + W <= n; d += W)
-        row_tail_vec(s + d, v + d, o + d, (__mmask16)0xffff, GATED, x);
+        row_tail_vec(s + d, v + d, o + d, (__mmask16)0xffff, GATED, xa, xk, xq);
     if (d < n)
-        row_tail_vec(s + d, v + d, o + d, la_tail(n - d), GATED, x);
+        row_tail_vec(s + d, v + d, o + d, la_tail(n - d), GATED, xa, xk, xq);
 }
 
 /* Rows [0, n) of S from srow (row stride ld), every column in registers
@@ -765,10 +768,11 @@ LA_INLINE void rows_full(float *srow, int64_t ld, int64_t n, const float *qa, co
                          __m512 *acc, const int NV, const int TAIL, int64_t nt, const int GATED)
 {
     for (int64_t c = 0; c < n; c++, srow += ld) {
-        const __m512 x[3] = {_mm512_set1_ps(aa[c]), _mm512_set1_ps(ka[c]), _mm512_set1_ps(qa[c])};
-        row_regs(srow, v, vv, acc, NV, GATED, x[0], x[1], x[2]);
+        const __m512 xa = _mm512_set1_ps(aa[c]), xk = _mm512_set1_ps(ka[c]),
+                     xq = _mm512_set1_ps(qa[c]);
+        row_regs(srow, v, vv, acc, NV, GATED, xa, xk, xq);
         if (TAIL)
-            row_tail(srow + NV * W, v + NV * W, o + NV * W, nt, GATED, x);
+            row_tail(srow + NV * W, v + NV * W, o + NV * W, nt, GATED, xa, xk, xq);
     }
 }
 
@@ -840,10 +844,8 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
                 const __m512 xa = _mm512_set1_ps(aa[c]), xk = _mm512_set1_ps(ka[c]),
                              xq = _mm512_set1_ps(qa[c]);
                 for (int j = 0; j < NV; j++) {
-                    const __m512 old = la_load(mv[j], srow + j * W);
-                    const __m512 sv = gated
-                                          ? _mm512_fmadd_ps(xa, old, _mm512_mul_ps(xk, vv[j % 8]))
-                                          : _mm512_fmadd_ps(xk, vv[j % 8], old);
+                    const __m512 sv =
+                        update16(la_load(mv[j], srow + j * W), vv[j % 8], gated, xa, xk);
                     la_store(srow + j * W, mv[j], sv);
                     acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
                 }

@@ -532,14 +532,20 @@ static int64_t delta_tile_columns(int64_t dk, int64_t dv)
 
 static size_t delta_recurrent_bytes(int64_t T, int64_t dk, int64_t nj)
 {
-    (void)nj;
     /* the features of a block and the rows' scale (delta_pair_terms),
      * then its pair terms (two floats a token) */
     const size_t block = la_size_of_dim(delta_block_tokens(T));
     const size_t dkp = la_size_of_dim(round_vw(dk));
-    return la_size_floats(la_size_add(
+    const size_t tiles = la_size_floats(la_size_add(
         la_size_mul(la_size_add(la_size_mul(DELTA_FEATURES, block), 1), dkp),
         la_size_mul(2, block)));
+    /* a block of one token on whole rows (a step, or the last block of a
+     * longer call): its sums after the token's features */
+    const size_t rows = LA_DELTA_ROW_NV
+                            ? la_size_floats(la_size_add(la_size_mul(DELTA_FEATURES, dkp),
+                                                         la_size_of_dim(round_vw(nj))))
+                            : 0;
+    return tiles > rows ? tiles : rows;
 }
 
 /* A whole tile of nv vectors (a constant: no masked accesses) under a
@@ -626,6 +632,185 @@ static void delta_tile_bf16(const la_head *h, uint16_t *s, int64_t ld, const flo
     delta_tile_typed(h, s, ld, v, o, f, NULL, dkp, t0, n, nv, wl, 1);
 }
 
+/* ---- a decode step on whole rows
+ *
+ * A one-token call whose columns are wider than the register tile (a float
+ * or bfloat16 K-first state where it lies; also a longer call's last block
+ * when it is one token) reads and writes every row whole, in order, in two
+ * passes: S^T k, then the update and read-out.
+ * Tiles read each row in pieces a tile apart, a pattern the prefetchers do
+ * not follow: from memory, on Zen 4, avx512 steps of 128 x 256 and 256 x
+ * 512 heads ran at 0.37 and 0.46 of the read-modify-write bound, against
+ * 0.66 for 128 x 128 heads whose rows are one tile (docs/kernels.md).
+ *
+ * The first nr vectors of columns keep their sums (S^T k, then the output)
+ * in registers; the others keep S^T k in `sums`, round_vw(nj) floats of
+ * the workspace, and their output in o itself, zeroed once u no longer
+ * needs v. u, of every column, goes to `sums` between the passes, so the
+ * sweep holds only the outputs in registers. Each column gets the
+ * operations delta_tile_tokens gives it, in the same order, wherever its
+ * sums are kept: the same bits as the tiles, for any nr and any column
+ * split. The next state's rows are fetched over both passes, as a tile
+ * with a read-only pass does. */
+#ifndef LA_DELTA_ROW_NV
+#define LA_DELTA_ROW_NV 0 /* vectors of sums in registers; 0: steps go by tiles */
+#endif
+#ifndef LA_DELTA_ROW1_NV
+#define LA_DELTA_ROW1_NV LA_DELTA_ROW_NV /* the same in the first pass */
+#endif
+#ifndef LA_DELTA_ROW_BF16
+#define LA_DELTA_ROW_BF16 1 /* 0: steps on a bfloat16 state go by tiles */
+#endif
+enum { DELTA_ROWS_BYTES = 256 << 10 }; /* la_tuning.delta_step_rows_bytes */
+
+#if LA_DELTA_ROW_NV
+/* Vector x of the columns past the registers (n lanes): S^T k so far. */
+LA_INLINE void delta_row_sum(const void *s, int64_t sr, float *sums, int64_t x, la_vf kv,
+                             int64_t n, int bf16)
+{
+    const la_vf old = vf_load(sums + x * LA_VW);
+    vf_store(sums + x * LA_VW, vf_fma(vf_load_row(s, sr + x * LA_VW, n, bf16), kv, old));
+}
+
+/* u of vector x from its S^T k (in sum): beta (v - a sum), a with a TOKEN gate. */
+LA_INLINE la_vf delta_row_u(la_vf sum, const float *v, int64_t x, int64_t n, la_vf at, la_vf bv,
+                            la_gate gate)
+{
+    const la_vf d = gate == LA_GATE_TOKEN ? vf_mul(sum, at) : sum;
+    return vf_mul(bv, vf_sub(vf_loadn(v + x * LA_VW, n), d));
+}
+
+/* Vector x of row sr updated by kv u (decayed by av first under a gate),
+ * not stored. */
+LA_INLINE la_vf delta_row_new(const void *s, int64_t sr, int64_t x, la_vf u, la_vf kv, la_vf av,
+                              int64_t n, la_gate gate, int bf16)
+{
+    const la_vf old = vf_load_row(s, sr + x * LA_VW, n, bf16);
+    return vf_fma(kv, u, gate == LA_GATE_NONE ? old : vf_mul(av, old));
+}
+
+/* The same, stored. */
+LA_INLINE la_vf delta_row_update(void *s, int64_t sr, int64_t x, la_vf u, la_vf kv, la_vf av,
+                                 int64_t n, la_gate gate, int bf16)
+{
+    const la_vf y = delta_row_new(s, sr, x, u, kv, av, n, gate, bf16);
+    vf_store_row(s, sr + x * LA_VW, y, n, bf16);
+    return y;
+}
+
+/* Vector x of the columns past the registers: updated and read out into o. */
+LA_INLINE void delta_row_out(void *s, int64_t sr, const float *sums, float *o, int64_t x,
+                             la_vf kv, la_vf qv, la_vf av, int64_t n, la_gate gate, int bf16)
+{
+    const la_vf y = delta_row_update(s, sr, x, vf_load(sums + x * LA_VW), kv, av, n, gate, bf16);
+    vf_storen(o + x * LA_VW, vf_fma(y, qv, vf_loadn(o + x * LA_VW, n)), n);
+}
+
+/* The register loops unrolled before scalar replacement: otherwise GCC 12
+ * kept the 16 sums of avx512 in an array on the stack (1.3x slower in L2). */
+#define LA_UNROLL_ROWS _Pragma("GCC unroll 16")
+
+/* One token on nj >= nr * LA_VW columns of rows ld elements apart (s at
+ * the first column, of the state's type; v and o at it too); f holds the
+ * token's features. nr, gate and bf16 are constants at each call site. */
+LA_INLINE void delta_step_rows(const la_head *h, void *s, int64_t ld, const float *v, float *o,
+                               const float *f, int64_t dkp, int64_t nj, float *sums, int n1,
+                               int n2, la_gate gate, int bf16)
+{
+    const int64_t dk = h->dk, es = bf16 ? 2 : 4;
+    const int64_t nv = (nj + LA_VW - 1) / LA_VW, wl = nj - (nv - 1) * LA_VW;
+    const float *qh = f, *kh = f + dkp, *a = f + 2 * dkp, *k0 = f + 3 * dkp;
+    const void *next_s = LA_DELTA_STEP_PREFETCH ? h->s_next : NULL;
+    const la_vf at = vf_set1(gate == LA_GATE_TOKEN ? a[0] : 1.0f);
+    const la_vf bv = vf_set1(h->beta[0]);
+    la_vf r[LA_DELTA_ROW1_NV];
+    LA_UNROLL_ROWS for (int x = 0; x < n1; x++)
+        r[x] = vf_zero();
+    for (int64_t x = n1; x < nv; x++)
+        vf_store(sums + x * LA_VW, vf_zero());
+    for (int64_t c = 0; c < dk; c++) { /* S^T k; the next state's row c / 2 */
+        const la_vf kv = vf_set1(k0[c]);
+        const int64_t sr = c * ld;
+        if (next_s && !(c & 1))
+            delta_fetch(next_s, c / 2 * ld, nj, es);
+        LA_UNROLL_ROWS for (int x = 0; x < n1; x++)
+            r[x] = vf_fma(vf_load_row(s, sr + x * LA_VW, LA_VW, bf16), kv, r[x]);
+        for (int64_t x = n1; x < nv - 1; x++)
+            delta_row_sum(s, sr, sums, x, kv, LA_VW, bf16);
+        if (nv > n1)
+            delta_row_sum(s, sr, sums, nv - 1, kv, wl, bf16);
+    }
+    LA_UNROLL_ROWS for (int x = 0; x < n1; x++)
+        vf_store(sums + x * LA_VW, delta_row_u(r[x], v, x, LA_VW, at, bv, gate));
+    for (int64_t x = n1; x < nv; x++) {
+        const int64_t n = x == nv - 1 ? wl : LA_VW;
+        vf_store(sums + x * LA_VW, delta_row_u(vf_load(sums + x * LA_VW), v, x, n, at, bv, gate));
+    }
+    for (int64_t x = n2; x < nv; x++) /* after every u: o may be v */
+        vf_storen(o + x * LA_VW, vf_zero(), x == nv - 1 ? wl : LA_VW);
+    LA_UNROLL_ROWS for (int x = 0; x < n2; x++)
+        r[x] = vf_zero();
+    for (int64_t c = 0; c < dk; c++) { /* the update and read-out; the next state's rest */
+        const la_vf kv = vf_set1(kh[c]), qv = vf_set1(qh[c]);
+        const la_vf av = gate == LA_GATE_CHANNEL ? vf_set1(a[c]) : at;
+        const int64_t sr = c * ld;
+        if (next_s && !((dk + c) & 1))
+            delta_fetch(next_s, (dk + c) / 2 * ld, nj, es);
+        la_vf held = vf_zero(); /* bfloat16: an even vector waiting for its pair */
+        LA_UNROLL_ROWS for (int x = 0; x < n2; x++) {
+            const la_vf y = delta_row_new(s, sr, x, vf_load(sums + x * LA_VW), kv, av, LA_VW,
+                                          gate, bf16);
+            if (!bf16)
+                vf_store(sr + x * LA_VW + (float *)s, y);
+            else if (x & 1) /* two vectors rounded and stored at once (delta_tile_tokens) */
+                vf_store_row2(s, sr + (x - 1) * LA_VW, held, y, 1);
+            else
+                held = y;
+            r[x] = vf_fma(y, qv, r[x]);
+        }
+        for (int64_t x = n2; x < nv - 1; x++)
+            delta_row_out(s, sr, sums, o, x, kv, qv, av, LA_VW, gate, bf16);
+        if (nv > n2)
+            delta_row_out(s, sr, sums, o, nv - 1, kv, qv, av, wl, gate, bf16);
+    }
+    LA_UNROLL_ROWS for (int x = 0; x < n2; x++)
+        vf_store(o + x * LA_VW, r[x]);
+}
+
+/* (per gate: LA_PER_GATE) */
+#define DELTA_ROWS(g, N1)                                                                         \
+    delta_step_rows(h, s, ld, v, o, f, dkp, nj, sums, N1,                                         \
+                    N1 < LA_DELTA_ROW_NV ? N1 : LA_DELTA_ROW_NV, g, bf16)
+
+/* Registers for as many sums as the columns have whole vectors, up to
+ * LA_DELTA_ROW1_NV in the first pass and LA_DELTA_ROW_NV in the sweep
+ * (nj > DELTA_TILE has LA_DELTA_NV). */
+LA_INLINE void delta_step_rows_typed(const la_head *h, void *s, int64_t ld, const float *v,
+                                     float *o, const float *f, int64_t dkp, int64_t nj,
+                                     float *sums, int bf16)
+{
+    if (nj >= LA_DELTA_ROW1_NV * LA_VW)
+        LA_PER_GATE(h->gate, DELTA_ROWS, LA_DELTA_ROW1_NV);
+    else if (nj >= LA_DELTA_ROW_NV * LA_VW)
+        LA_PER_GATE(h->gate, DELTA_ROWS, LA_DELTA_ROW_NV);
+    else
+        LA_PER_GATE(h->gate, DELTA_ROWS, LA_DELTA_NV);
+}
+#undef DELTA_ROWS
+
+static void delta_step_rows_f32(const la_head *h, float *s, int64_t ld, const float *v, float *o,
+                                const float *f, int64_t dkp, int64_t nj, float *sums)
+{
+    delta_step_rows_typed(h, s, ld, v, o, f, dkp, nj, sums, 0);
+}
+
+static void delta_step_rows_bf16(const la_head *h, uint16_t *s, int64_t ld, const float *v,
+                                 float *o, const float *f, int64_t dkp, int64_t nj, float *sums)
+{
+    delta_step_rows_typed(h, s, ld, v, o, f, dkp, nj, sums, 1);
+}
+#endif
+
 /* A one-token call on a float K-first state sweeps tiles of
  * h->step_columns (whole vectors, at most the table's tile), each sweep
  * fetching the next tile's rows meanwhile. */
@@ -659,6 +844,22 @@ static void delta_recurrent(const la_head *h, int64_t j0, int64_t nj, void *ws)
     float *pair = h->pair_tokens && !h->s_bf16 ? scale + dkp : NULL;
     float step_acc[DELTA_TILE]; /* a step's next tile's S^T k (la_head.step_acc) */
     int summed = 0;             /* this tile's is in step_acc */
+#if LA_DELTA_ROW_NV
+    const int64_t rows_bytes = h->step_rows_bytes > 0 ? h->step_rows_bytes : DELTA_ROWS_BYTES;
+    if (step && nj > DELTA_TILE && h->dk * nj * es <= rows_bytes &&
+        (LA_DELTA_ROW_BF16 || !h->s_bf16)) {
+        la_head th = *h;
+        th.s_next = h->s_next ? (const char *)h->s_next + j0 * es : NULL;
+        delta_prepare(h, 0, f, dkp);
+        float *sums = f + DELTA_FEATURES * dkp;
+        if (h->s_bf16)
+            delta_step_rows_bf16(&th, h->s_bf16 + j0, h->dv, h->v + j0, h->o + j0, f, dkp, nj,
+                                 sums);
+        else
+            delta_step_rows_f32(&th, h->s + j0, h->dv, h->v + j0, h->o + j0, f, dkp, nj, sums);
+        return;
+    }
+#endif
     for (int64_t t0 = 0; t0 < h->T; t0 += DELTA_BLOCK) {
         const int64_t n = h->T - t0 < DELTA_BLOCK ? h->T - t0 : DELTA_BLOCK;
         for (int64_t i = 0; i < n; i++)

@@ -71,6 +71,9 @@ typedef struct la_head {
     /* delta recurrent_vfirst, one-token calls: la_tuning's
      * delta_vfirst_read_ahead (0: VFIRST_READ_AHEAD_BYTES) */
     int64_t vfirst_read_ahead;
+    /* delta recurrent, one-token calls on a K-first state: la_tuning's
+     * delta_step_rows_bytes (0: the table's) */
+    int64_t step_rows_bytes;
     /* delta recurrent only, float K-first state: tokens go through the
      * tile two at a time (la_tuning.delta_pair_from_T) */
     int pair_tokens;

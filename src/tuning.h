@@ -67,6 +67,15 @@ typedef struct la_tuning {
      * in flight, more waits longer before the rows are rewritten. The
      * results are the same bits for any value. */
     int64_t delta_vfirst_read_ahead;
+    /* A one-token call (or block) on a K-first state (float or bfloat16),
+     * not packed, whose columns are wider than the table's register tile
+     * reads its rows whole (delta_kernels.h, delta_step_rows) when the
+     * head's columns take at most this many bytes; larger heads go by
+     * tiles, each fetching the next while it is swept. A head swept whole
+     * stays in L2 between its two passes while the next one comes in: both
+     * must fit. 0: the table's 256 KiB. The results are the same bits
+     * either way. */
+    int64_t delta_step_rows_bytes;
     /* The delta recurrent forward on a float K-first state (packed or not)
      * runs its tokens two at a time in sequences of at least
      * delta_pair_from_T[gate] tokens (delta_kernels.h, delta_pair_terms:

@@ -721,8 +721,11 @@ END_TEST
 /* Decode steps alone over many shapes, threads and alignments. */
 START_TEST(steps_against_oracle)
 {
-    static const int64_t dims[][2] = {{1, 1},    {3, 17},  {16, 16}, {65, 33},
-                                      {128, 128}, {129, 7}, {256, 256}};
+    /* rows past one register tile swept whole (delta_step_rows): every
+     * register split of avx2 (8 to 12 vectors) and avx512 (8 and 16) */
+    static const int64_t dims[][2] = {{1, 1},    {3, 17},   {16, 16}, {65, 33},  {128, 128},
+                                      {129, 7},  {256, 256}, {6, 40},  {7, 100}, {5, 129},
+                                      {3, 255},  {17, 256}, {9, 257},  {4, 520}};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
             dspec sp = dspec_default(2, 2, 12, dims[i][0], dims[i][1]);
@@ -1261,13 +1264,19 @@ END_TEST
 /* ---- one-token tiles (tuning.h: delta_step_columns) ------------------------ */
 
 /* A decode step (and a one-token forward) gives the same bits on tiles of
- * any width, each prefetching the next: the tuning entry's width is forced
- * to the table's tile, 16 columns and 40 (rounded up to whole vectors). */
+ * any width, each prefetching the next, and on whole rows: the tuning
+ * entry's width is forced to the table's tile, 16 columns and 40 (rounded
+ * up to whole vectors), and its bound on heads swept whole to none (every
+ * head by tiles) and to every head (whole rows wherever the table has
+ * them). */
 START_TEST(step_tiles_same_bits)
 {
     la_tuning tune = *la_active_kernels()->delta_tuning;
     /* (columns, fused read-only pass): the table's tile first, unfused */
-    static const int64_t widths[][2] = {{0, 0}, {16, 0}, {16, 1}, {40, 1}, {64, 1}};
+    /* (columns, fused read-only pass, delta_step_rows_bytes) */
+    static const int64_t widths[][3] = {{0, 0, 1},          {16, 0, 1},        {16, 1, 1},
+                                        {40, 1, 1},         {64, 1, 1},        {0, 0, 0},
+                                        {0, 0, INT64_MAX}, {16, 1, INT64_MAX}};
     static const int64_t shapes[][5] = {
         /* B, H, qk heads, dk, dv */
         {1, 2, 2, 5, 1}, {2, 3, 3, 17, 15}, {1, 2, 1, 64, 100}, {1, 1, 1, 128, 130},
@@ -1275,6 +1284,8 @@ START_TEST(step_tiles_same_bits)
         /* four and three value heads of one q/k head in one unit, each
          * head's last tile fetching the next head's first */
         {1, 8, 2, 32, 128}, {2, 6, 2, 16, 32},
+        /* rows past one register tile, in every register split */
+        {1, 2, 2, 9, 100}, {1, 3, 3, 5, 257}, {1, 2, 1, 17, 520}, {2, 2, 2, 4, 200},
     };
     for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
         for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
@@ -1294,6 +1305,7 @@ START_TEST(step_tiles_same_bits)
                     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
                         tune.delta_step_columns = widths[w][0];
                         tune.delta_step_fuse = (int)widths[w][1];
+                        tune.delta_step_rows_bytes = widths[w][2];
                         la_force_table_tuning(table, NULL, &tune);
                         restore_state(&p);
                         ck_assert_int_eq(step ? step_at(&p, 0) : dproblem_forward(&p), LINATTN_OK);
@@ -1304,12 +1316,12 @@ START_TEST(step_tiles_same_bits)
                         }
                         ck_assert_msg(memcmp(o1, p.o, p.no * sizeof(float)) == 0 &&
                                           memcmp(s1, p.s, p.ns * sizeof(float)) == 0,
-                                      "%s: %lld-column tiles%s give other bits than the "
-                                      "table's (%s)",
+                                      "%s: %lld-column tiles%s, rows bound %lld, give "
+                                      "other bits than the table's (%s)",
                                       step ? "step" : "one-token forward",
                                       (long long)widths[w][0],
                                       widths[w][1] ? " with fused read-only passes" : "",
-                                      dspec_name(&p.sp));
+                                      (long long)widths[w][2], dspec_name(&p.sp));
                     }
                     free(o1);
                     free(s1);

@@ -704,9 +704,37 @@ START_TEST(wide_token_rows_through_stage)
     for (int in = LINATTN_BF16; in <= LINATTN_F16; in++)
         for (int ot = LINATTN_F32; ot <= LINATTN_F16; ot++)
             for (int st = 0; st <= 1; st++, n++) {
-                dcase c = dcase_default(0, 1, 2, n % 2 ? 5 : 1, 3 + n % 7, dvs[n % 3]);
-                c.step = n % 2 == 0;
+                dcase c = dcase_default(0, 1, 2, n / 2 % 2 ? 5 : 1, 3 + n % 7, dvs[n % 3]);
+                c.step = n / 2 % 2 == 0; /* both state types */
                 c.algo = LINATTN_ALGO_AUTO;
+                c.dt = (linattn_dtypes){.q = (linattn_dtype)in, .k = (linattn_dtype)in,
+                                        .v = (linattn_dtype)in, .beta = (linattn_dtype)in,
+                                        .o = (linattn_dtype)ot,
+                                        .s = st ? LINATTN_BF16 : LINATTN_F32};
+                c.with_state = 1;
+                c.gate = (linattn_gate)(n % 4);
+                c.strided = n % 3 == 1;
+                c.threads = 1 + n % 2;
+                run_case(&c);
+            }
+}
+END_TEST
+
+/* Delta steps and one-token blocks on rows wider than a register tile
+ * (delta_step_rows: sums past the registers in the workspace and in the
+ * stage's float output panel), every input, output and state type. */
+START_TEST(delta_wide_rows_through_stage)
+{
+    static const int64_t dvs[] = {40, 100, 200, 257, 520};
+    int n = 0;
+    for (int in = LINATTN_BF16; in <= LINATTN_F16; in++)
+        for (int ot = LINATTN_F32; ot <= LINATTN_F16; ot++)
+            for (int st = 0; st <= 1; st++, n++) {
+                /* else a forward of 1 token, or of 33: its last block is one
+                 * token (the stage's blocks are 32) */
+                dcase c = dcase_default(1, 1, 2, n % 3 == 2 ? 33 : 1, 3 + n % 7, dvs[n % 5]);
+                c.step = n % 3 == 0;
+                c.algo = LINATTN_ALGO_RECURRENT;
                 c.dt = (linattn_dtypes){.q = (linattn_dtype)in, .k = (linattn_dtype)in,
                                         .v = (linattn_dtype)in, .beta = (linattn_dtype)in,
                                         .o = (linattn_dtype)ot,
@@ -1065,6 +1093,7 @@ static Suite *dtypes_suite(const la_table *t)
     tcase_set_timeout(calls, 600);
     tcase_add_test(calls, types_against_oracle);
     tcase_add_test(calls, wide_token_rows_through_stage);
+    tcase_add_test(calls, delta_wide_rows_through_stage);
     tcase_add_test(calls, noncausal_types_against_oracle);
     tcase_add_test(calls, activations_against_oracle);
     tcase_add_test(calls, grouped_heads_and_sizes);

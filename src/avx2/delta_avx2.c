@@ -9,4 +9,14 @@
 #define LA_DELTA_OPS la_delta_avx2
 #define LA_DELTA_NV 4
 #define LA_DELTA_PAIR_NV 2 /* pair sweeps: 12 accumulators */
+#ifndef LA_DELTA_ROW_NV
+#define LA_DELTA_ROW_NV 8 /* a step on whole rows (delta_step_rows) */
+#endif
+#ifndef LA_DELTA_ROW1_NV
+#define LA_DELTA_ROW1_NV 12 /* its first pass: 12 sums, a row's vector and k */
+#endif
+/* A bfloat16 state's step is bound by the conversions here, not by memory
+ * (0.22-0.24 of the bound, Qwen3-Next's 36 layers, Zen 4): whole rows,
+ * which round some vectors alone, took 137 us a layer against 124. */
+#define LA_DELTA_ROW_BF16 0
 #include "../delta_kernels.h"

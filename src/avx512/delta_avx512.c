@@ -19,4 +19,7 @@
 #ifndef LA_DELTA_PAIR_NV
 #define LA_DELTA_PAIR_NV 4 /* pair sweeps: 24 accumulators */
 #endif
+#ifndef LA_DELTA_ROW_NV
+#define LA_DELTA_ROW_NV 16 /* a step on whole rows (delta_step_rows) */
+#endif
 #include "../delta_kernels.h"

@@ -173,6 +173,12 @@ def seeds():
     s["step-wide-rows-1000"] = call(kind="step", B=1, H=1, dk=3, dv=1000, gate="channel")
     s["forward-wide-rows-short"] = call(B=1, H=1, T=3, dk=7, dv=1000, gate="none",
                                         normalize=0, phi="relu", threads=2)
+    # delta steps on whole rows wider than a register tile (sums past the
+    # registers in the workspace and in o), over two threads and alone
+    s["delta-step-wide-rows-200"] = call(kind="delta_step", B=1, H=2, dk=5, dv=200,
+                                         gate="token", phi="identity", threads=2)
+    s["delta-step-wide-rows-1000"] = call(kind="delta_step", B=1, H=1, dk=3, dv=1000,
+                                          gate="channel", phi="identity")
     s["forward-reset-gate"] = call(gate="token", algo="chunked", T=40,
                                    regimes={"g": 2}, normalize=0, phi="identity")
     s["forward-reset-channel"] = call(gate="channel", algo="chunked", T=40,
@@ -431,6 +437,9 @@ def seeds():
     s["dtypes-delta-mixed-step"] = call(kind="delta_step", phi="identity", gate="channel",
                                         serve=run, ext=ext(q="bf16", k="f16", v="f32",
                                                            beta="bf16", o="f16", s="bf16"))
+    s["dtypes-delta-step-wide-bf16-state"] = call(kind="delta_step", H=2, dk=7, dv=200,
+                                                  gate="token", phi="identity", serve=run,
+                                                  ext=ext(**bf16))
     s["dtypes-delta-recurrent-long"] = call(B=1, H=1, T=200, algo="recurrent", gate="token",
                                             serve=run, ext=ext(**bf16), **d)
     s["dtypes-softplus-token"] = call(gate="token", serve=run,

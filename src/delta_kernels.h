@@ -77,6 +77,20 @@ LA_INLINE void delta_fetch(const void *state, int64_t at, int64_t n, int64_t es)
 #define LA_DELTA_PAIR_NV LA_DELTA_NV
 #endif
 
+/* A one-token block on rows wider than the register tile (delta_step_rows,
+ * below): its vectors of sums in registers in the sweep (0: such blocks go
+ * by tiles) and in the first pass, and whether a bfloat16 state takes it. */
+#ifndef LA_DELTA_ROW_NV
+#define LA_DELTA_ROW_NV 0
+#endif
+#ifndef LA_DELTA_ROW1_NV
+#define LA_DELTA_ROW1_NV LA_DELTA_ROW_NV
+#endif
+#ifndef LA_DELTA_ROW_BF16
+#define LA_DELTA_ROW_BF16 1
+#endif
+enum { DELTA_ROWS_BYTES = 256 << 10 }; /* la_tuning.delta_step_rows_bytes */
+
 /* Packed rows are their tile's width apart: not padded. On the Xeon a pad
  * of 16 floats (pack.h) measured -5% to +7% by gate in one run, and level
  * or slower in a second (3 interleaved rounds, fraction of the zmm peak,
@@ -636,32 +650,23 @@ static void delta_tile_bf16(const la_head *h, uint16_t *s, int64_t ld, const flo
  *
  * A one-token call whose columns are wider than the register tile (a float
  * or bfloat16 K-first state where it lies; also a longer call's last block
- * when it is one token) reads and writes every row whole, in order, in two
- * passes: S^T k, then the update and read-out.
- * Tiles read each row in pieces a tile apart, a pattern the prefetchers do
- * not follow: from memory, on Zen 4, avx512 steps of 128 x 256 and 256 x
- * 512 heads ran at 0.37 and 0.46 of the read-modify-write bound, against
- * 0.66 for 128 x 128 heads whose rows are one tile (docs/kernels.md).
+ * when it is one token), on a head of at most la_head.step_rows_bytes,
+ * reads and writes every row whole, in order, in two passes: S^T k, then
+ * the update and read-out. Tiles read each row in pieces a tile apart, a
+ * pattern the prefetchers do not follow: from memory, on Zen 4, avx512
+ * steps of 128 x 256 heads ran at 0.37-0.43 of the read-modify-write
+ * bound on tiles, 0.58-0.61 on whole rows (docs/kernels.md). Larger heads
+ * keep their tiles: both passes need the head in L2 while the next one
+ * comes in, and there the tiles' fetch of one tile ahead measured better.
  *
- * The first nr vectors of columns keep their sums (S^T k, then the output)
- * in registers; the others keep S^T k in `sums`, round_vw(nj) floats of
- * the workspace, and their output in o itself, zeroed once u no longer
- * needs v. u, of every column, goes to `sums` between the passes, so the
- * sweep holds only the outputs in registers. Each column gets the
- * operations delta_tile_tokens gives it, in the same order, wherever its
- * sums are kept: the same bits as the tiles, for any nr and any column
- * split. The next state's rows are fetched over both passes, as a tile
- * with a read-only pass does. */
-#ifndef LA_DELTA_ROW_NV
-#define LA_DELTA_ROW_NV 0 /* vectors of sums in registers; 0: steps go by tiles */
-#endif
-#ifndef LA_DELTA_ROW1_NV
-#define LA_DELTA_ROW1_NV LA_DELTA_ROW_NV /* the same in the first pass */
-#endif
-#ifndef LA_DELTA_ROW_BF16
-#define LA_DELTA_ROW_BF16 1 /* 0: steps on a bfloat16 state go by tiles */
-#endif
-enum { DELTA_ROWS_BYTES = 256 << 10 }; /* la_tuning.delta_step_rows_bytes */
+ * The first n1 vectors of columns keep their sums S^T k in registers, the
+ * others in `sums` (round_vw(nj) floats of the workspace); u of every
+ * column then goes to `sums`; the sweep keeps the outputs of the first n2
+ * vectors in registers and the others' in o itself, zeroed once u no
+ * longer needs v. Each column gets the operations delta_tile_tokens gives
+ * it, in the same order, wherever its sums are kept: the same bits as the
+ * tiles, for any n1, n2 and column split. The next state's rows are
+ * fetched over both passes, as a tile with a read-only pass does. */
 
 #if LA_DELTA_ROW_NV
 /* Vector x of the columns past the registers (n lanes): S^T k so far. */
@@ -710,9 +715,10 @@ LA_INLINE void delta_row_out(void *s, int64_t sr, const float *sums, float *o, i
  * kept the 16 sums of avx512 in an array on the stack (1.3x slower in L2). */
 #define LA_UNROLL_ROWS _Pragma("GCC unroll 16")
 
-/* One token on nj >= nr * LA_VW columns of rows ld elements apart (s at
+/* One token on nj >= n1 * LA_VW columns of rows ld elements apart (s at
  * the first column, of the state's type; v and o at it too); f holds the
- * token's features. nr, gate and bf16 are constants at each call site. */
+ * token's features. n1 >= n2 (even, for bfloat16's paired stores), gate
+ * and bf16 are constants at each call site. */
 LA_INLINE void delta_step_rows(const la_head *h, void *s, int64_t ld, const float *v, float *o,
                                const float *f, int64_t dkp, int64_t nj, float *sums, int n1,
                                int n2, la_gate gate, int bf16)
@@ -789,6 +795,10 @@ LA_INLINE void delta_step_rows_typed(const la_head *h, void *s, int64_t ld, cons
                                      float *o, const float *f, int64_t dkp, int64_t nj,
                                      float *sums, int bf16)
 {
+    _Static_assert(LA_DELTA_ROW1_NV >= LA_DELTA_ROW_NV && LA_DELTA_ROW_NV >= LA_DELTA_NV &&
+                       LA_DELTA_ROW1_NV <= 16 && LA_DELTA_ROW_NV % 2 == 0 &&
+                       LA_DELTA_NV % 2 == 0,
+                   "row registers: a tile's at least, 16 at most (LA_UNROLL_ROWS), even");
     if (nj >= LA_DELTA_ROW1_NV * LA_VW)
         LA_PER_GATE(h->gate, DELTA_ROWS, LA_DELTA_ROW1_NV);
     else if (nj >= LA_DELTA_ROW_NV * LA_VW)

@@ -767,7 +767,7 @@ LA_INLINE void delta_step_rows(const la_head *h, void *s, int64_t ld, const floa
             const la_vf y = delta_row_new(s, sr, x, vf_load(sums + x * LA_VW), kv, av, LA_VW,
                                           gate, bf16);
             if (!bf16)
-                vf_store(sr + x * LA_VW + (float *)s, y);
+                vf_store((float *)s + sr + x * LA_VW, y);
             else if (x & 1) /* two vectors rounded and stored at once (delta_tile_tokens) */
                 vf_store_row2(s, sr + (x - 1) * LA_VW, held, y, 1);
             else

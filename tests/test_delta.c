@@ -722,10 +722,10 @@ END_TEST
 START_TEST(steps_against_oracle)
 {
     /* rows past one register tile swept whole (delta_step_rows): every
-     * register split of avx2 (8 to 12 vectors) and avx512 (8 and 16) */
-    static const int64_t dims[][2] = {{1, 1},    {3, 17},   {16, 16}, {65, 33},  {128, 128},
-                                      {129, 7},  {256, 256}, {6, 40},  {7, 100}, {5, 129},
-                                      {3, 255},  {17, 256}, {9, 257},  {4, 520}};
+     * register split of avx2 (4, 8, 12 and 8 vectors) and avx512 (8, 16) */
+    static const int64_t dims[][2] = {{1, 1},   {3, 17},   {16, 16},  {65, 33}, {128, 128},
+                                      {129, 7}, {256, 256}, {6, 40},  {5, 72},  {7, 100},
+                                      {5, 129}, {3, 255},  {17, 256}, {9, 257}, {4, 520}};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++) {
             dspec sp = dspec_default(2, 2, 12, dims[i][0], dims[i][1]);
@@ -1272,8 +1272,8 @@ END_TEST
 START_TEST(step_tiles_same_bits)
 {
     la_tuning tune = *la_active_kernels()->delta_tuning;
-    /* (columns, fused read-only pass): the table's tile first, unfused */
-    /* (columns, fused read-only pass, delta_step_rows_bytes) */
+    /* (columns, fused read-only pass, delta_step_rows_bytes): the table's
+     * tile first, unfused, every head by tiles */
     static const int64_t widths[][3] = {{0, 0, 1},          {16, 0, 1},        {16, 1, 1},
                                         {40, 1, 1},         {64, 1, 1},        {0, 0, 0},
                                         {0, 0, INT64_MAX}, {16, 1, INT64_MAX}};
@@ -1286,6 +1286,7 @@ START_TEST(step_tiles_same_bits)
         {1, 8, 2, 32, 128}, {2, 6, 2, 16, 32},
         /* rows past one register tile, in every register split */
         {1, 2, 2, 9, 100}, {1, 3, 3, 5, 257}, {1, 2, 1, 17, 520}, {2, 2, 2, 4, 200},
+        {1, 2, 2, 6, 72},
     };
     for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
         for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)

@@ -271,6 +271,22 @@ LA_INLINE void delta_pair_terms(const la_head *h, float *f, float *pair, float *
     }
 }
 
+/* u of one vector of columns from its sum S^T kn: beta (v - a sum), a the
+ * TOKEN decay (a CHANNEL one is in kn). With delta_update below, the one
+ * formula of every one-token sweep, tiles and whole rows alike, so a
+ * column's bits do not depend on which sweep made them. */
+LA_INLINE la_vf delta_u(la_vf sum, la_vf v, la_vf at, la_vf bv, la_gate gate)
+{
+    return vf_mul(bv, vf_sub(v, gate == LA_GATE_TOKEN ? vf_mul(sum, at) : sum));
+}
+
+/* A vector of a state row decayed by av (under a gate) and updated by
+ * kv u, one rounding for the update. */
+LA_INLINE la_vf delta_update(la_vf old, la_vf u, la_vf kv, la_vf av, la_gate gate)
+{
+    return vf_fma(kv, u, gate == LA_GATE_NONE ? old : vf_mul(av, old));
+}
+
 /* Tokens t0..t0+n-1 on nv vectors of columns of S (rows ld elements apart;
  * the last vector wl lanes wide), their features in f (one row block of DELTA_FEATURES x dkp per
  * token). One sweep over the tile per token: row c is decayed and updated
@@ -337,8 +353,7 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
         const la_vf bv = vf_set1(h->beta[t * beta_ts]);
         const float *v = v0 + t * v_ts;
         for (int x = 0; x < nv; x++) {
-            const la_vf sum = gate == LA_GATE_TOKEN ? vf_mul(acc[x], at) : acc[x];
-            u[x] = vf_mul(bv, vf_sub(LD(v, x), sum));
+            u[x] = delta_u(acc[x], LD(v, x), at, bv, gate);
             acc[x] = vf_zero();
             out[x] = vf_zero();
         }
@@ -357,7 +372,7 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
         la_vf held = vf_zero(); /* an even vector waiting for its pair */                        \
         for (int x = 0; x < nv; x++) {                                                            \
             const la_vf old = SLD(sr, x);                                                         \
-            const la_vf y = vf_fma(kv, u[x], gate == LA_GATE_NONE ? old : vf_mul(av, old));      \
+            const la_vf y = delta_update(old, u[x], kv, av, gate);                                \
             if (!PAIRED(x))                                                                       \
                 SST(sr, x, y);                                                                    \
             else if (x & 1)                                                                       \
@@ -469,8 +484,7 @@ LA_INLINE void delta_tile_pairs(const la_head *h, float *s, int64_t ld, const fl
                 __builtin_prefetch(o0 + (t + 3) * o_ts + x * LA_VW, 1, 2);
             }
         for (int x = 0; x < nv; x++) {
-            const la_vf sum = gate == LA_GATE_TOKEN ? vf_mul(acc[x], at) : acc[x];
-            u[x] = vf_mul(bv, vf_sub(LD(v, x), sum));
+            u[x] = delta_u(acc[x], LD(v, x), at, bv, gate);
             /* the second token's S^T k: its decay times (the first's decay
              * times S^T kb, plus c u) */
             const la_vf dk1 = gate == LA_GATE_TOKEN
@@ -677,37 +691,27 @@ LA_INLINE void delta_row_sum(const void *s, int64_t sr, float *sums, int64_t x, 
     vf_store(sums + x * LA_VW, vf_fma(vf_load_row(s, sr + x * LA_VW, n, bf16), kv, old));
 }
 
-/* u of vector x from its S^T k (in sum): beta (v - a sum), a with a TOKEN gate. */
+/* u of vector x (n lanes) from its S^T k in sum. */
 LA_INLINE la_vf delta_row_u(la_vf sum, const float *v, int64_t x, int64_t n, la_vf at, la_vf bv,
                             la_gate gate)
 {
-    const la_vf d = gate == LA_GATE_TOKEN ? vf_mul(sum, at) : sum;
-    return vf_mul(bv, vf_sub(vf_loadn(v + x * LA_VW, n), d));
+    return delta_u(sum, vf_loadn(v + x * LA_VW, n), at, bv, gate);
 }
 
-/* Vector x of row sr updated by kv u (decayed by av first under a gate),
- * not stored. */
+/* Vector x of row sr updated by kv u (delta_update), not stored. */
 LA_INLINE la_vf delta_row_new(const void *s, int64_t sr, int64_t x, la_vf u, la_vf kv, la_vf av,
                               int64_t n, la_gate gate, int bf16)
 {
-    const la_vf old = vf_load_row(s, sr + x * LA_VW, n, bf16);
-    return vf_fma(kv, u, gate == LA_GATE_NONE ? old : vf_mul(av, old));
+    return delta_update(vf_load_row(s, sr + x * LA_VW, n, bf16), u, kv, av, gate);
 }
 
-/* The same, stored. */
-LA_INLINE la_vf delta_row_update(void *s, int64_t sr, int64_t x, la_vf u, la_vf kv, la_vf av,
-                                 int64_t n, la_gate gate, int bf16)
-{
-    const la_vf y = delta_row_new(s, sr, x, u, kv, av, n, gate, bf16);
-    vf_store_row(s, sr + x * LA_VW, y, n, bf16);
-    return y;
-}
-
-/* Vector x of the columns past the registers: updated and read out into o. */
+/* Vector x of the columns past the registers: updated, stored and read
+ * out into o. */
 LA_INLINE void delta_row_out(void *s, int64_t sr, const float *sums, float *o, int64_t x,
                              la_vf kv, la_vf qv, la_vf av, int64_t n, la_gate gate, int bf16)
 {
-    const la_vf y = delta_row_update(s, sr, x, vf_load(sums + x * LA_VW), kv, av, n, gate, bf16);
+    const la_vf y = delta_row_new(s, sr, x, vf_load(sums + x * LA_VW), kv, av, n, gate, bf16);
+    vf_store_row(s, sr + x * LA_VW, y, n, bf16);
     vf_storen(o + x * LA_VW, vf_fma(y, qv, vf_loadn(o + x * LA_VW, n)), n);
 }
 

@@ -693,6 +693,21 @@ START_TEST(types_against_oracle)
 }
 END_TEST
 
+/* Case n of the wide-row tests below: inputs of type in, output ot, a
+ * bfloat16 state with st; gate, strides and threads rotate with n. */
+static dcase wide_rows_case(int delta, int n, int in, int ot, int st, int64_t T, int64_t dv)
+{
+    dcase c = dcase_default(delta, 1, 2, T, 3 + n % 7, dv);
+    c.dt = (linattn_dtypes){.q = (linattn_dtype)in, .k = (linattn_dtype)in,
+                            .v = (linattn_dtype)in, .beta = (linattn_dtype)in,
+                            .o = (linattn_dtype)ot, .s = st ? LINATTN_BF16 : LINATTN_F32};
+    c.with_state = 1;
+    c.gate = (linattn_gate)(n % 4);
+    c.strided = n % 3 == 1;
+    c.threads = 1 + n % 2;
+    return c;
+}
+
 /* Additive steps and short AUTO calls (the token loop) on rows wider than
  * a table's register columns (avx512: 128 or 256 columns in registers,
  * the rest summed in o, here the stage's float panel), every input, output
@@ -704,17 +719,9 @@ START_TEST(wide_token_rows_through_stage)
     for (int in = LINATTN_BF16; in <= LINATTN_F16; in++)
         for (int ot = LINATTN_F32; ot <= LINATTN_F16; ot++)
             for (int st = 0; st <= 1; st++, n++) {
-                dcase c = dcase_default(0, 1, 2, n / 2 % 2 ? 5 : 1, 3 + n % 7, dvs[n % 3]);
+                dcase c = wide_rows_case(0, n, in, ot, st, n / 2 % 2 ? 5 : 1, dvs[n % 3]);
                 c.step = n / 2 % 2 == 0; /* both state types */
                 c.algo = LINATTN_ALGO_AUTO;
-                c.dt = (linattn_dtypes){.q = (linattn_dtype)in, .k = (linattn_dtype)in,
-                                        .v = (linattn_dtype)in, .beta = (linattn_dtype)in,
-                                        .o = (linattn_dtype)ot,
-                                        .s = st ? LINATTN_BF16 : LINATTN_F32};
-                c.with_state = 1;
-                c.gate = (linattn_gate)(n % 4);
-                c.strided = n % 3 == 1;
-                c.threads = 1 + n % 2;
                 run_case(&c);
             }
 }
@@ -732,17 +739,9 @@ START_TEST(delta_wide_rows_through_stage)
             for (int st = 0; st <= 1; st++, n++) {
                 /* else a forward of 1 token, or of 33: its last block is one
                  * token (the stage's blocks are 32) */
-                dcase c = dcase_default(1, 1, 2, n % 3 == 2 ? 33 : 1, 3 + n % 7, dvs[n / 2 % 6]);
+                dcase c = wide_rows_case(1, n, in, ot, st, n % 3 == 2 ? 33 : 1, dvs[n / 2 % 6]);
                 c.step = n % 3 == 0;
                 c.algo = LINATTN_ALGO_RECURRENT;
-                c.dt = (linattn_dtypes){.q = (linattn_dtype)in, .k = (linattn_dtype)in,
-                                        .v = (linattn_dtype)in, .beta = (linattn_dtype)in,
-                                        .o = (linattn_dtype)ot,
-                                        .s = st ? LINATTN_BF16 : LINATTN_F32};
-                c.with_state = 1;
-                c.gate = (linattn_gate)(n % 4);
-                c.strided = n % 3 == 1;
-                c.threads = 1 + n % 2;
                 run_case(&c);
             }
 }

@@ -37,6 +37,23 @@ uint32_t la_cpu_features(void)
     return m;
 }
 
+/* The nearest machine a table has tuning entries for (tuning.h), by vendor
+ * and family/model: AMD Zen (family 0x17 and later) takes Zen 4's figures
+ * (on Zen 3 none of the avx2 entry's fields tried measured better,
+ * 2026-11-30); an Intel core with AVX-512 usable (Sapphire Rapids 143,
+ * Emerald Rapids 207, and the other Xeons, which like them have two
+ * 512-bit FMA pipes on most parts) the Sapphire Rapids ones; anything else
+ * each table's first entry. */
+la_uarch la_uarch_of(const char *vendor, int family, int model, int avx512)
+{
+    (void)model; /* no entry tells models of one family apart yet */
+    if (strcmp(vendor, "AuthenticAMD") == 0 && family >= 0x17)
+        return LA_UARCH_ZEN4;
+    if (strcmp(vendor, "GenuineIntel") == 0 && family == 6 && avx512)
+        return LA_UARCH_SAPPHIRE_RAPIDS;
+    return LA_UARCH_OTHER;
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpu_features/cpuinfo_x86.h>
 
@@ -61,21 +78,10 @@ static uint32_t detect(void)
     return m;
 }
 
-/* The nearest machine a table has tuning entries for (tuning.h), by vendor
- * and family/model: AMD Zen (family 0x17 and later) takes Zen 4's
- * figures; an Intel core with AVX-512 usable (Sapphire Rapids 143, Emerald
- * Rapids 207, and the other Xeons, which like them have two 512-bit FMA
- * pipes on most parts) the Sapphire Rapids ones; anything else each
- * table's first entry. */
 la_uarch la_cpu_uarch(void)
 {
     const X86Info i = GetX86Info();
-    if (strcmp(i.vendor, "AuthenticAMD") == 0 && i.family >= 0x17)
-        return LA_UARCH_ZEN4;
-    if (strcmp(i.vendor, "GenuineIntel") == 0 && i.family == 6 &&
-        (la_cpu_features() & LA_FEAT_AVX512) != 0)
-        return LA_UARCH_SAPPHIRE_RAPIDS;
-    return LA_UARCH_OTHER;
+    return la_uarch_of(i.vendor, i.family, i.model, (la_cpu_features() & LA_FEAT_AVX512) != 0);
 }
 
 #elif defined(__aarch64__)

@@ -119,8 +119,10 @@ static inline int64_t la_tuned_chunk(const int64_t chunk[2][LA_GATES], int64_t d
     return chunk[dk > 64 || dv > 64][gate];
 }
 
-/* cpu.c: the entry key of this CPU (vendor and family; for Intel, whether
- * AVX-512 is usable). */
+/* cpu.c: the entry key of this CPU, and of any CPU by its CPUID vendor
+ * string, family and model (both as displayed, extended fields added) and
+ * whether AVX-512 is usable; pure, so that tests can check it. */
 la_uarch la_cpu_uarch(void);
+la_uarch la_uarch_of(const char *vendor, int family, int model, int avx512);
 
 #endif

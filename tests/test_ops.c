@@ -1085,6 +1085,42 @@ START_TEST(tuning_entries)
 }
 END_TEST
 
+/* cpu.c's key of CPUs named by their CPUID vendor, family and model: every
+ * Zen to Zen 4's entries (the only AMD machine with its own), the families
+ * before Zen to none; Intel by whether AVX-512 is usable. */
+START_TEST(uarch_of_known_cpus)
+{
+    static const struct {
+        const char *vendor;
+        int family, model, avx512;
+        la_uarch want;
+        const char *name;
+    } cpus[] = {
+        {"AuthenticAMD", 0x16, 0x00, 0, LA_UARCH_OTHER, "Jaguar"},
+        {"AuthenticAMD", 0x17, 0x01, 0, LA_UARCH_ZEN4, "Zen 1 (Naples)"},
+        {"AuthenticAMD", 0x17, 0x31, 0, LA_UARCH_ZEN4, "Zen 2 (Rome)"},
+        {"AuthenticAMD", 0x19, 0x01, 0, LA_UARCH_ZEN4, "Zen 3 (Milan)"},
+        {"AuthenticAMD", 0x19, 0x11, 1, LA_UARCH_ZEN4, "Zen 4 (Genoa)"},
+        {"AuthenticAMD", 0x19, 0x61, 0, LA_UARCH_ZEN4, "Zen 4 with AVX-512 hidden"},
+        {"AuthenticAMD", 0x1a, 0x02, 1, LA_UARCH_ZEN4, "Zen 5 (Turin)"},
+        {"GenuineIntel", 6, 143, 1, LA_UARCH_SAPPHIRE_RAPIDS, "Sapphire Rapids"},
+        {"GenuineIntel", 6, 207, 1, LA_UARCH_SAPPHIRE_RAPIDS, "Emerald Rapids"},
+        {"GenuineIntel", 6, 207, 0, LA_UARCH_OTHER, "Emerald Rapids, AVX-512 masked"},
+        {"GenuineIntel", 6, 151, 0, LA_UARCH_OTHER, "Alder Lake"},
+        {"GenuineIntel", 15, 4, 0, LA_UARCH_OTHER, "a Pentium 4 family"},
+        {"CentaurHauls", 6, 15, 0, LA_UARCH_OTHER, "another vendor"},
+    };
+    for (size_t i = 0; i < sizeof cpus / sizeof cpus[0]; i++)
+        ck_assert_msg(la_uarch_of(cpus[i].vendor, cpus[i].family, cpus[i].model,
+                                  cpus[i].avx512) == cpus[i].want,
+                      "%s (%s family 0x%x model 0x%x): key %d, want %d", cpus[i].name,
+                      cpus[i].vendor, cpus[i].family, cpus[i].model,
+                      (int)la_uarch_of(cpus[i].vendor, cpus[i].family, cpus[i].model,
+                                       cpus[i].avx512),
+                      (int)cpus[i].want);
+}
+END_TEST
+
 /* stage any_outside of each table against the plain rule: every length
  * up to and past two vectors of the widest table, arrays ending at a guard
  * page at every alignment, one bad value (NaN, infinities, just above hi,
@@ -1175,6 +1211,7 @@ int main(void)
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, every_op_of_every_table);
     tcase_add_test(tc, tuning_entries);
+    tcase_add_test(tc, uarch_of_known_cpus);
     tcase_add_test(tc, vfirst_any_split_same_bits);
     tcase_add_test(tc, token_any_split_same_bits);
     tcase_add_test(tc, any_outside_of_every_table);

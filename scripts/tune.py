@@ -10,9 +10,15 @@ machine, and print them as Markdown tables to paste into docs/kernels.md:
              from the two tables above, to paste into the table's source.
 
 Each figure is the best of --repeat runs of linattn-bench (one thread,
-B=1, H=8, elu+1 normalised, T=4096; T=2048 at dk=256). Run it on an idle
-machine: the bench's in-run FMA peak is printed with each table so that
-figures from different machines compare as fractions of their peak.
+B=1, H=8, elu+1 normalised, T=4096; T=2048 at dk=256); the cases compared
+run in turn within each round, so that a change in the machine's load
+falls on all of them. Where the winner's margin is no larger than the
+runs' spread (best over worst of either case), the tables say so and the
+entry prints `?` for that field with a comment naming it: on a shared
+host (a 2-vCPU Zen 3 spread 20-30%) keep the entry's value or rerun with
+a larger --repeat. Run it on an idle machine: the bench's in-run FMA peak
+is printed with each table so that figures from different machines
+compare as fractions of their peak.
 
 usage: tune.py [--bench PATH] [--isa NAME|all] [--repeat N] [--chunks] [--quick]
   --quick   tiny shapes, short timings, one run: checks that the script and
@@ -30,27 +36,52 @@ GATES = ("none", "token", "channel")
 CHUNKS = (16, 24, 32, 48, 64)
 
 
-def bench_rows(args, kernel, shape, gate, chunk=None):
-    """Best tokens/s per ISA of --repeat runs: {isa: (tokens_per_s, row)}."""
+def bench_once(args, kernel, shape, gate, chunk=None):
+    """One run's tokens/s per ISA: {isa: (tokens_per_s, row)}."""
     cmd = [args.bench, "--json", "--isa", args.isa, "--kernel", kernel, "--gate", gate,
            "--shape", ",".join(str(x) for x in shape), "--threads", "1"]
     if chunk is not None:
         cmd += ["--chunk", str(chunk)]
     if args.quick:
         cmd.insert(1, "--quick")  # short timings; the shape above still applies
-    best = {}
+    got = {}
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        row = json.loads(line)
+        if row.get("kernel") != kernel or row.get("baseline") or "tokens_per_s" not in row:
+            continue
+        got[row["isa"]] = (row["tokens_per_s"], row)
+    return got
+
+
+def interleaved(args, runs):
+    """runs: {name: (kernel, shape, gate, chunk)}, each run --repeat times,
+    one after another in each round, so that a change in the machine's load
+    falls on all of them. Returns {name: {isa: Figure}}."""
+    seen = {name: {} for name in runs}
     for _ in range(args.repeat):
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if not line.startswith("{"):
-                continue
-            row = json.loads(line)
-            if row.get("kernel") != kernel or row.get("baseline") or "tokens_per_s" not in row:
-                continue
-            isa = row["isa"]
-            if isa not in best or row["tokens_per_s"] > best[isa][0]:
-                best[isa] = (row["tokens_per_s"], row)
-    return best
+        for name, (kernel, shape, gate, chunk) in runs.items():
+            for isa, (tps, row) in bench_once(args, kernel, shape, gate, chunk).items():
+                seen[name].setdefault(isa, []).append((tps, row))
+    return {name: {isa: Figure(v) for isa, v in per.items()} for name, per in seen.items()}
+
+
+class Figure:
+    """A case's runs: the best (what the table prints: a busy machine only
+    slows a run down) and the spread, best over worst."""
+
+    def __init__(self, runs):
+        self.best, self.row = max(runs, key=lambda r: r[0])
+        worst = min(r[0] for r in runs)
+        self.spread = self.best / worst if worst > 0 else float("inf")
+
+
+def decided(margin, *figures):
+    """Whether a margin between figures stands out of their runs' spread:
+    with one run each there is no spread to compare, so it stands."""
+    return margin > max(f.spread for f in figures)
 
 
 def mtok(x):
@@ -58,42 +89,58 @@ def mtok(x):
 
 
 def crossover(args, shapes):
-    """Prints the table; returns {(isa, dk, gate): True where chunked is faster}."""
+    """Prints the table; returns {(isa, dk, gate): True where chunked is
+    faster, None where the two are within their runs' spread}."""
     won = {}
-    print("| table | dk=dv | T | gate | chunked | recurrent | faster | peak GFLOP/s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| table | dk=dv | T | gate | chunked | recurrent | faster | spread | peak GFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (B, H, T, dk) in shapes:
         for gate in GATES:
-            c = bench_rows(args, "forward_chunked", (B, H, T, dk, dk), gate)
-            r = bench_rows(args, "forward_recurrent", (B, H, T, dk, dk), gate)
+            shape = (B, H, T, dk, dk)
+            got = interleaved(args, {"c": ("forward_chunked", shape, gate, None),
+                                     "r": ("forward_recurrent", shape, gate, None)})
+            c, r = got["c"], got["r"]
             for isa in sorted(set(c) & set(r)):
-                tc, tr = c[isa][0], r[isa][0]
-                faster = "recurrent" if tr > tc else "chunked"
-                won[(isa, dk, gate)] = tc >= tr
-                print("| %s | %d | %d | %s | %s | %s | %s (%.2fx) | %.0f |" % (
-                    isa, dk, T, gate, mtok(tc), mtok(tr), faster, max(tc, tr) / min(tc, tr),
-                    r[isa][1]["peak_gflops"]))
+                tc, tr = c[isa].best, r[isa].best
+                margin = max(tc, tr) / min(tc, tr)
+                spread = max(c[isa].spread, r[isa].spread)
+                if decided(margin, c[isa], r[isa]):
+                    faster = "%s (%.2fx)" % ("recurrent" if tr > tc else "chunked", margin)
+                    won[(isa, dk, gate)] = tc >= tr
+                else:
+                    faster = "neither: %.2fx within the spread" % margin
+                    won[(isa, dk, gate)] = None
+                print("| %s | %d | %d | %s | %s | %s | %s | %.2fx | %.0f |" % (
+                    isa, dk, T, gate, mtok(tc), mtok(tr), faster, spread,
+                    r[isa].row["peak_gflops"]))
     return won
 
 
 def chunks(args, shapes):
-    """Prints the table; returns {(isa, dk, gate): the fastest chunk}."""
+    """Prints the table; returns {(isa, dk, gate): the fastest chunk, or
+    None where it is within the runs' spread of the library's default}."""
     bests = {}
     print("| table | dk=dv | gate | " + " | ".join("chunk %d" % n for n in CHUNKS) +
-          " | default | best |")
-    print("|---|---|---|" + "---|" * (len(CHUNKS) + 2))
+          " | default | best | spread |")
+    print("|---|---|---|" + "---|" * (len(CHUNKS) + 3))
     for (B, H, T, dk) in shapes:
         for gate in GATES:
-            per = {n: bench_rows(args, "forward_chunked", (B, H, T, dk, dk), gate, n)
-                   for n in CHUNKS}
-            default = bench_rows(args, "forward_chunked", (B, H, T, dk, dk), gate, 0)
-            for isa in sorted(default):
-                figures = {n: per[n][isa][0] for n in CHUNKS if isa in per[n]}
-                best = max(figures, key=figures.get)
-                bests[(isa, dk, gate)] = best
-                print("| %s | %d | %s | %s | %s | %d |" % (
-                    isa, dk, gate, " | ".join(mtok(figures[n]) for n in CHUNKS if n in figures),
-                    mtok(default[isa][0]), best))
+            shape = (B, H, T, dk, dk)
+            runs = {n: ("forward_chunked", shape, gate, n) for n in CHUNKS}
+            runs[0] = ("forward_chunked", shape, gate, 0)
+            got = interleaved(args, runs)
+            for isa in sorted(got[0]):
+                figures = {n: got[n][isa] for n in CHUNKS if isa in got[n]}
+                best = max(figures, key=lambda n: figures[n].best)
+                default = got[0][isa]
+                spread = max([f.spread for f in figures.values()] + [default.spread])
+                margin = figures[best].best / default.best
+                bests[(isa, dk, gate)] = best if decided(margin, figures[best], default) else None
+                print("| %s | %d | %s | %s | %s | %s | %.2fx |" % (
+                    isa, dk, gate, " | ".join(mtok(figures[n].best) for n in CHUNKS),
+                    mtok(default.best),
+                    best if bests[(isa, dk, gate)] else "default (%d not faster by more than the spread)" % best,
+                    spread))
     return bests
 
 
@@ -124,12 +171,13 @@ def cpu_key():
 
 def threshold(won, isa, gate, dks):
     """additive_chunked_above_dk for one gate: the largest dk measured where
-    the recurrent form won, when the chunked form won at every larger one."""
+    the recurrent form won, when the chunked form won at every larger one;
+    "?" when a case of the gate was within its runs' spread."""
+    if any((isa, dk, gate) in won and won[(isa, dk, gate)] is None for dk in dks):
+        return "?"  # a case within its runs' spread: the entry's comment names it
     above = "0"
     for dk in sorted(dks):
-        if (isa, dk, gate) not in won:
-            continue
-        if not won[(isa, dk, gate)]:
+        if won.get((isa, dk, gate)) is False:
             above = str(dk)
     # a recurrent win above a chunked one: the recurrent form up to there
     return "LA_TUNE_NEVER" if above == str(max(dks)) else above
@@ -143,6 +191,17 @@ def struct(won, bests, dks):
               (isa, cpu_model(), cpu, datetime.date.today().isoformat()))
         print("{")
         print("    .uarch = %s," % key)
+        unsure = ["%s dk %d" % (g, dk) for (i, dk, g), w in sorted(won.items())
+                  if i == isa and w is None]
+        unsure += ["chunk %s dk %d" % (g, dk) for (i, dk, g), b in sorted(bests.items())
+                   if i == isa and b is None]
+        if unsure:
+            print("    /* not told apart here (a margin within the runs' spread, or no")
+            print("     * chunk faster than the default): keep the entry's value, or rerun")
+            print("     * with a larger --repeat on an idle machine, for:")
+            for i in range(0, len(unsure), 4):
+                print("     * %s%s" % (", ".join(unsure[i:i + 4]),
+                                       " */" if i + 4 >= len(unsure) else ","))
         print("    .additive_chunked_above_dk = {%s}," %
               ", ".join(threshold(won, isa, g, dks) for g in GATES))
         if bests:
@@ -152,7 +211,8 @@ def struct(won, bests, dks):
             large = [d for d in measured if d > 64] or small
             rows = []
             for dk in (small[-1], large[0]):
-                rows.append("{%s}" % ", ".join(str(bests.get((isa, dk, g), 0)) for g in GATES))
+                rows.append("{%s}" % ", ".join(str(bests.get((isa, dk, g)) or "?")
+                                               for g in GATES))
             print("    .additive_chunk = {%s}," % ", ".join(rows))
         else:
             print("    /* .additive_chunk: run with --chunks */")
@@ -171,7 +231,7 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bench", default="build/tools/linattn-bench")
     p.add_argument("--isa", default="all", help="a table name, or all this CPU can run")
-    p.add_argument("--repeat", type=int, default=2, help="runs per figure (best kept)")
+    p.add_argument("--repeat", type=int, default=2, help="runs per figure (best kept; 2 or more give a spread)")
     p.add_argument("--chunks", action="store_true", help="also the chunk-length table")
     p.add_argument("--quick", action="store_true", help="tiny shapes, one run")
     args = p.parse_args()

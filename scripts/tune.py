@@ -118,7 +118,8 @@ def crossover(args, shapes):
 
 def chunks(args, shapes):
     """Prints the table; returns {(isa, dk, gate): the fastest chunk, or
-    None where it is within the runs' spread of the library's default}."""
+    None where it is not faster than the library's default by more than
+    the runs' spread}."""
     bests = {}
     print("| table | dk=dv | gate | " + " | ".join("chunk %d" % n for n in CHUNKS) +
           " | default | best | spread |")
@@ -139,7 +140,8 @@ def chunks(args, shapes):
                 print("| %s | %d | %s | %s | %s | %s | %.2fx |" % (
                     isa, dk, gate, " | ".join(mtok(figures[n].best) for n in CHUNKS),
                     mtok(default.best),
-                    best if bests[(isa, dk, gate)] else "default (%d not faster by more than the spread)" % best,
+                    best if bests[(isa, dk, gate)]
+                    else "default (%d not faster by more than the spread)" % best,
                     spread))
     return bests
 
@@ -231,7 +233,8 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bench", default="build/tools/linattn-bench")
     p.add_argument("--isa", default="all", help="a table name, or all this CPU can run")
-    p.add_argument("--repeat", type=int, default=2, help="runs per figure (best kept; 2 or more give a spread)")
+    p.add_argument("--repeat", type=int, default=2,
+                   help="runs per figure (best kept; 2 or more give a spread)")
     p.add_argument("--chunks", action="store_true", help="also the chunk-length table")
     p.add_argument("--quick", action="store_true", help="tiny shapes, one run")
     args = p.parse_args()

@@ -1110,14 +1110,13 @@ START_TEST(uarch_of_known_cpus)
         {"GenuineIntel", 15, 4, 0, LA_UARCH_OTHER, "a Pentium 4 family"},
         {"CentaurHauls", 6, 15, 0, LA_UARCH_OTHER, "another vendor"},
     };
-    for (size_t i = 0; i < sizeof cpus / sizeof cpus[0]; i++)
-        ck_assert_msg(la_uarch_of(cpus[i].vendor, cpus[i].family, cpus[i].model,
-                                  cpus[i].avx512) == cpus[i].want,
-                      "%s (%s family 0x%x model 0x%x): key %d, want %d", cpus[i].name,
-                      cpus[i].vendor, cpus[i].family, cpus[i].model,
-                      (int)la_uarch_of(cpus[i].vendor, cpus[i].family, cpus[i].model,
-                                       cpus[i].avx512),
+    for (size_t i = 0; i < sizeof cpus / sizeof cpus[0]; i++) {
+        const la_uarch got =
+            la_uarch_of(cpus[i].vendor, cpus[i].family, cpus[i].model, cpus[i].avx512);
+        ck_assert_msg(got == cpus[i].want, "%s (%s family 0x%x model 0x%x): key %d, want %d",
+                      cpus[i].name, cpus[i].vendor, cpus[i].family, cpus[i].model, (int)got,
                       (int)cpus[i].want);
+    }
 }
 END_TEST
 

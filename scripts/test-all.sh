@@ -6,9 +6,9 @@
 #      (LINATTN_ISA forcing, QEMU-emulated CPUs), the installed tree, the
 #      fuzz corpus replayed and the threads test;
 #   2. the kernels, delta, api, dispatch, tools, fuzz-corpus, threads, serve
-#      and dtypes suites under AddressSanitizer + UBSan, built at -O1; the
-#      SIMDe table only on CPUs without AVX-512 (its ASan build alone takes
-#      minutes);
+#      and dtypes suites under AddressSanitizer + UBSan, built at -O1; of the
+#      AVX-512 tables, the native ones where the CPU has AVX-512, else the
+#      SIMDe one (each build alone takes minutes);
 #   3. ThreadSanitizer over thread counts and concurrent calls (scripts/tsan.sh);
 #   4. the fuzzer, 30 s per table this CPU can run (scripts/fuzz.sh; pass
 #      FUZZ_SECONDS to change);
@@ -86,15 +86,22 @@ print(" ".join(t["name"] for t in map(json.loads, open(sys.argv[1])) if t.get("r
     build/meson-logs/testlog.json 2>/dev/null || echo "(unknown: no python3)")
 
 stage "AddressSanitizer + UBSan"
-# The SIMDe twin of the AVX-512 table is for CPUs without AVX-512: where the
-# native table runs (and is checked here), its -O1 ASan build alone took
-# three minutes. meson test builds only what the suites below need.
-simde=auto
+# One build of the AVX-512 sources, the one this CPU runs: the native
+# tables where it has AVX-512, else their SIMDe twin (its -O1 ASan build
+# is the longest compile of the run; the native tables', 2 x 100 s of CPU,
+# would only report themselves skipped). meson test builds only what the
+# suites below need.
 if LINATTN_ISA=avx512 LINATTN_TEST_EXPECT=avx512 build/tests/test_dispatch >/dev/null 2>&1; then
-    simde=disabled
+    avx512_asan="-Davx512=true -Dsimde=disabled"
+    asan_left_out="avx512-simde (the native avx512 tables run here)"
+else
+    avx512_asan="-Davx512=false -Dsimde=auto"
+    asan_left_out="avx512, avx512bf16 (this CPU cannot run them)"
 fi
+echo "test-all.sh: ASan build leaves out the tables $asan_left_out"
+# shellcheck disable=SC2086
 setup build-asan -Doptimization=1 -Ddebug=true -Db_sanitize=address,undefined \
-    -Db_lundef=false -Dc_args=-fno-sanitize-recover=all -Dsimde=$simde
+    -Db_lundef=false -Dc_args=-fno-sanitize-recover=all $avx512_asan
 # allocator_may_return_null: the api suite asks for impossible workspaces
 # and expects an error, not ASan's abort. malloc_fill_byte: every
 # allocation (the library's workspaces too) starts as NaN, so a kernel
@@ -126,4 +133,5 @@ printf '%s' "$times"
 echo "== not run =="
 echo "  tables not built:              ${missing:- none}"
 echo "  native tests skipped:          ${skipped_native:-none}"
+echo "  tables left out of ASan build: $asan_left_out"
 echo "  total                        $(( $(date +%s) - all_start ))s"

@@ -315,14 +315,19 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
 #define ST(p, x, y)                                                                               \
     ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
-#define SLD(row, x) vf_load_row(s, (row) + (x) * LA_VW, (x) == nv - 1 ? wl : LA_VW, bf16)
-#define SST(row, x, y) vf_store_row(s, (row) + (x) * LA_VW, (y), (x) == nv - 1 ? wl : LA_VW, bf16)
     /* A bfloat16 sweep stores vectors x - 1 and x (x odd, both whole) at
      * once, rounded together (vf_narrow2_bf16), as the V-first step does:
      * one 64-byte store instead of two of 32 bytes (avx512bf16: one
      * conversion instead of two). Level here on Zen 4; the V-first step
-     * (delta_vfirst_update2) took 5-10% less time. */
+     * (delta_vfirst_update2) took 5-10% less time. Such a pair is held in
+     * the table's pair order (state_rows.h), its columns' v read and o
+     * written in it: on avx2 (even and odd elements) the bfloat16 decode
+     * step of 4 heads in L2 took 14.9-15.1 us against 18.3-18.5 (Zen 3). */
 #define PAIRED(x) (bf16 && ((x) | 1) < nv && (((x) | 1) < nv - 1 || wl == LA_VW))
+#define SLD(row, x)                                                                               \
+    (PAIRED(x) ? vf_load_row_paired(s, (row) + ((x) & ~1) * LA_VW, (x) & 1, bf16)                 \
+               : vf_load_row(s, (row) + (x) * LA_VW, (x) == nv - 1 ? wl : LA_VW, bf16))
+#define SST(row, x, y) vf_store_row(s, (row) + (x) * LA_VW, (y), (x) == nv - 1 ? wl : LA_VW, bf16)
     /* the next tile's S^T k summed in this one's sweep (la_head.step_acc),
      * from its rows at s_next */
     const int fuse = h->step_acc_out && n == 1 && !bf16;
@@ -353,7 +358,9 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
         const la_vf bv = vf_set1(h->beta[t * beta_ts]);
         const float *v = v0 + t * v_ts;
         for (int x = 0; x < nv; x++) {
-            u[x] = delta_u(acc[x], LD(v, x), at, bv, gate);
+            const la_vf vx = PAIRED(x) ? vf_load_paired(v + (x & ~1) * LA_VW, x & 1, bf16)
+                                       : LD(v, x);
+            u[x] = delta_u(acc[x], vx, at, bv, gate);
             acc[x] = vf_zero();
             out[x] = vf_zero();
         }
@@ -376,7 +383,7 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
             if (!PAIRED(x))                                                                       \
                 SST(sr, x, y);                                                                    \
             else if (x & 1)                                                                       \
-                vf_store_row2(s, sr + (x - 1) * LA_VW, held, y, bf16);                            \
+                vf_store_row_paired(s, sr + (x - 1) * LA_VW, held, y, bf16);                      \
             else                                                                                  \
                 held = y;                                                                         \
             out[x] = vf_fma(y, qv, out[x]);                                                       \
@@ -398,7 +405,10 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
 #undef SWEEP
         float *o = o0 + t * o_ts;
         for (int x = 0; x < nv; x++)
-            ST(o, x, out[x]);
+            if (!PAIRED(x))
+                ST(o, x, out[x]);
+            else if (x & 1)
+                vf_store_paired(o + (x - 1) * LA_VW, out[x - 1], out[x], bf16);
     }
 #undef LD
 #undef ST

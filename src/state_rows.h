@@ -55,4 +55,58 @@ LA_INLINE void vf_store_row2(void *y, int64_t off, la_vf lo, la_vf hi, int bf16)
     vf_store((float *)y + off + LA_VW, hi);
 }
 
+
+/* Pair order. Two whole vectors of a row (2 LA_VW elements from off) may
+ * be held in an order of the ISA's choosing where that makes a bfloat16
+ * row cheaper to widen and round (LA_BF16_PAIR_ORDER in a vocabulary:
+ * avx2's holds the even elements, then the odd ones); everywhere else,
+ * and for float rows, in order. A sweep's columns are independent, so a
+ * kernel that reads the columns' other operands (v) and writes their
+ * results (o) in the same order gives every column the same operations,
+ * and the same bits, as in natural order. half: 0 or 1, the vector of the
+ * pair. */
+#ifndef LA_BF16_PAIR_ORDER
+#define LA_BF16_PAIR_ORDER 0
+#endif
+LA_INLINE la_vf vf_load_row_paired(const void *x, int64_t off, int half, int bf16)
+{
+#if LA_BF16_PAIR_ORDER
+    if (bf16)
+        return vf_widen_bf16_half((const uint16_t *)x + off, half);
+#endif
+    return vf_load_row(x, off + half * LA_VW, LA_VW, bf16);
+}
+LA_INLINE void vf_store_row_paired(void *y, int64_t off, la_vf lo, la_vf hi, int bf16)
+{
+#if LA_BF16_PAIR_ORDER
+    if (bf16) {
+        vf_narrow_bf16_halves((uint16_t *)y + off, lo, hi);
+        return;
+    }
+#endif
+    vf_store_row2(y, off, lo, hi, bf16);
+}
+/* 2 LA_VW floats at p in the pair order of a row of that type, and back */
+LA_INLINE la_vf vf_load_paired(const float *p, int half, int bf16)
+{
+#if LA_BF16_PAIR_ORDER
+    if (bf16)
+        return vf_load_half(p, half);
+#endif
+    (void)bf16;
+    return vf_load(p + half * LA_VW);
+}
+LA_INLINE void vf_store_paired(float *p, la_vf lo, la_vf hi, int bf16)
+{
+#if LA_BF16_PAIR_ORDER
+    if (bf16) {
+        vf_store_halves(p, lo, hi);
+        return;
+    }
+#endif
+    (void)bf16;
+    vf_store(p, lo);
+    vf_store(p + LA_VW, hi);
+}
+
 #endif

@@ -1073,6 +1073,62 @@ START_TEST(bf16_state_long_decode)
 }
 END_TEST
 
+/* A NaN in a bfloat16 state spreads along its column alone: a step makes
+ * every element of that column and its output NaN, and leaves every other
+ * column the same bits as the same step on the state without it. The
+ * columns put the NaN in either vector of a table's pair (state_rows.h:
+ * avx2 holds even and odd elements), and past the pairs in a last vector
+ * of 5 lanes, so that the rounding's NaN path is taken in each place. */
+START_TEST(bf16_state_nan_stays_in_its_column)
+{
+    enum { DK = 7, DV = 37, I0 = 3 };
+    static const int nan_columns[] = {2, 13, 20, 33};
+    linattn_config cfg;
+    linattn_config_init_step(&cfg, 1, 1, DK, DV);
+    cfg.normalize = 0;
+    cfg.phi = LINATTN_PHI_IDENTITY;
+    cfg.qk_l2norm = 1;
+    cfg.dtype.s = LINATTN_BF16;
+    linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+    float q[DK], k[DK], v[DV], g = -0.3f, beta = 0.7f, o_ref[DV], o_nan[DV];
+    uint16_t s0[DK * DV], s_ref[DK * DV], s_nan[DK * DV];
+    for (int i = 0; i < DK; i++)
+        q[i] = rand_uniform(-1, 1), k[i] = rand_uniform(-1, 1);
+    for (int j = 0; j < DV; j++)
+        v[j] = rand_uniform(-1, 1);
+    for (int e = 0; e < DK * DV; e++)
+        s0[e] = la_f32_to_bf16(rand_uniform(-0.5f, 0.5f));
+    linattn_operands a;
+    linattn_operands_init(&a);
+    a.q = q, a.k = k, a.v = v, a.g = &g, a.beta = &beta;
+    memcpy(s_ref, s0, sizeof s0);
+    a.o = o_ref, a.s = s_ref;
+    ck_assert_int_eq(linattn_run(LINATTN_OP_DELTA_STEP, &cfg, &a), LINATTN_OK);
+    for (size_t n = 0; n < sizeof nan_columns / sizeof nan_columns[0]; n++) {
+        const int j0 = nan_columns[n];
+        memcpy(s_nan, s0, sizeof s0);
+        s_nan[I0 * DV + j0] = (uint16_t)(n & 1 ? 0xffc1u : 0x7fa5u); /* signalling, quiet */
+        a.o = o_nan, a.s = s_nan;
+        ck_assert_int_eq(linattn_run(LINATTN_OP_DELTA_STEP, &cfg, &a), LINATTN_OK);
+        ck_assert_msg(isnan(o_nan[j0]), "%s: NaN at (%d, %d): o[%d] = %a", table->name, I0, j0,
+                      j0, (double)o_nan[j0]);
+        for (int j = 0; j < DV; j++) {
+            if (j != j0)
+                ck_assert_msg(la_f32_bits(o_nan[j]) == la_f32_bits(o_ref[j]),
+                              "%s: NaN at (%d, %d): o[%d] = %a, without it %a", table->name, I0,
+                              j0, j, (double)o_nan[j], (double)o_ref[j]);
+            for (int i = 0; i < DK; i++) {
+                const uint16_t got = s_nan[i * DV + j], want = s_ref[i * DV + j];
+                ck_assert_msg(j == j0 ? half_is_nan(LINATTN_BF16, got) : got == want,
+                              "%s: NaN at (%d, %d): S[%d][%d] = 0x%04x, %s 0x%04x", table->name,
+                              I0, j0, i, j, got, j == j0 ? "not a NaN; without it" : "want",
+                              want);
+            }
+        }
+    }
+}
+END_TEST
+
 static Suite *dtypes_suite(const la_table *t)
 {
     (void)t;
@@ -1099,6 +1155,7 @@ static Suite *dtypes_suite(const la_table *t)
     tcase_add_test(calls, threads_bitwise);
     tcase_add_test(calls, bf16_state_pool_packed);
     tcase_add_test(calls, bf16_state_long_decode);
+    tcase_add_test(calls, bf16_state_nan_stays_in_its_column);
     suite_add_tcase(s, calls);
     return s;
 }

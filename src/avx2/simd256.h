@@ -186,6 +186,49 @@ LA_INLINE void vf_narrow2_bf16(uint16_t *p, la_vf lo, la_vf hi)
             : _mm256_packus_epi32(la_round_bf16_lanes(lo), la_round_bf16_lanes(hi));
     _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(packed, 0xd8));
 }
+/* A bfloat16 state's rows in pair order (state_rows.h): 16 values at p as
+ * two vectors, their even elements then their odd ones. Each is the low or
+ * the high word of its 32-bit lane, so a pair is one load and one
+ * operation a vector to widen, and a shift and a word blend to round back,
+ * where natural order takes a zero extension and a shift a vector, and a
+ * pack and a permute a pair: the shuffle and shift pipes that bound a
+ * bfloat16 sweep on avx2. */
+#define LA_BF16_PAIR_ORDER 1
+LA_INLINE la_vf vf_widen_bf16_half(const uint16_t *p, int half)
+{
+    const __m256i w = _mm256_loadu_si256((const __m256i *)p);
+    return _mm256_castsi256_ps(half ? _mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u))
+                                    : _mm256_slli_epi32(w, 16));
+}
+LA_INLINE void vf_narrow_bf16_halves(uint16_t *p, la_vf even, la_vf odd)
+{
+    __m256i lo, hi; /* each bfloat16 in its lane's low word; hi's in its high word */
+    if (la_no_nan2(even, odd)) {
+        lo = la_round_bf16_numbers(_mm256_castps_si256(even));
+        const __m256i u = _mm256_castps_si256(odd);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        hi = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+    } else {
+        lo = la_round_bf16_lanes(even);
+        hi = _mm256_slli_epi32(la_round_bf16_lanes(odd), 16);
+    }
+    _mm256_storeu_si256((__m256i *)p, _mm256_blend_epi16(lo, hi, 0xaa));
+}
+/* 16 floats at p as the half of pair order a bfloat16 row's would be (the
+ * 64-bit pieces of a shuffle of both vectors put in order), and back. */
+LA_INLINE la_vf vf_load_half(const float *p, int half)
+{
+    const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+    const __m256 e = half ? _mm256_shuffle_ps(a, b, 0xdd) : _mm256_shuffle_ps(a, b, 0x88);
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xd8));
+}
+LA_INLINE void vf_store_halves(float *p, la_vf even, la_vf odd)
+{
+    const __m256 e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(even), 0xd8));
+    const __m256 o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(odd), 0xd8));
+    _mm256_storeu_ps(p, _mm256_unpacklo_ps(e, o));
+    _mm256_storeu_ps(p + 8, _mm256_unpackhi_ps(e, o));
+}
 LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x)
 {
     _mm_storeu_si128((__m128i *)p,

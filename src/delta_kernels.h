@@ -322,7 +322,7 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
      * (delta_vfirst_update2) took 5-10% less time. Such a pair is held in
      * the table's pair order (state_rows.h), its columns' v read and o
      * written in it: on avx2 (even and odd elements) the bfloat16 decode
-     * step of 4 heads in L2 took 14.9-15.1 us against 18.3-18.5 (Zen 3). */
+     * step of 4 heads in L2 took 15.1-15.5 us against 18.3-18.5 (Zen 3). */
 #define PAIRED(x) (bf16 && ((x) | 1) < nv && (((x) | 1) < nv - 1 || wl == LA_VW))
 #define SLD(row, x)                                                                               \
     (PAIRED(x) ? vf_load_row_paired(s, (row) + ((x) & ~1) * LA_VW, (x) & 1, bf16)                 \

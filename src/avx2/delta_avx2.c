@@ -17,6 +17,8 @@
 #endif
 /* A bfloat16 state's step is bound by the conversions here, not by memory
  * (0.22-0.24 of the bound, Qwen3-Next's 36 layers, Zen 4): whole rows,
- * which round some vectors alone, took 137 us a layer against 124. */
+ * which round some vectors alone, took 137 us a layer against 124. On Zen
+ * 3, with pair order (state_rows.h) in both, whole rows were level from
+ * memory and slower in L2 (18.3-18.6 us against 15.2-15.6, 4 heads). */
 #define LA_DELTA_ROW_BF16 0
 #include "../delta_kernels.h"

@@ -954,11 +954,12 @@ LA_INLINE void delta_vfirst_update(const void *from, void *s, const int64_t *row
 }
 
 /* The same on whole chunks c and c + LA_VW of a bfloat16 state, both
- * stored at once (vf_store_row2: rounded together, one store), each
- * out[r] summing them in the order of two single chunks: a V-first
- * bfloat16 pool's decode step on Zen 4 went from 1556-1628 to 1466-1514
- * us (B = 16, H = 32, 4 interleaved rounds). A separate function, so that
- * the float32 step's code stays as it was. */
+ * stored at once (rounded together, one store), each out[r] summing them
+ * in the order of two single chunks: a V-first bfloat16 pool's decode
+ * step on Zen 4 went from 1556-1628 to 1466-1514 us (B = 16, H = 32, 4
+ * interleaved rounds). The two chunks are in the table's pair order
+ * (state_rows.h), as the token's features are (delta_features_paired). A
+ * separate function, so that the float32 step's code stays as it was. */
 LA_INLINE void delta_vfirst_update2(const void *from, void *s, const int64_t *row, int R,
                                     int64_t c, const float *kh, const float *qh, const float *a,
                                     la_vf at, const la_vf *uv, la_vf *out, la_gate gate)
@@ -969,11 +970,11 @@ LA_INLINE void delta_vfirst_update2(const void *from, void *s, const int64_t *ro
     const la_vf av = gate == LA_GATE_CHANNEL ? vf_load(a + c) : at;
     const la_vf av1 = gate == LA_GATE_CHANNEL ? vf_load(a + c1) : at;
     for (int r = 0; r < R; r++) {
-        const la_vf old = vf_load_row(from, row[r] + c, LA_VW, 1);
-        const la_vf old1 = vf_load_row(from, row[r] + c1, LA_VW, 1);
+        const la_vf old = vf_load_row_paired(from, row[r] + c, 0, 1);
+        const la_vf old1 = vf_load_row_paired(from, row[r] + c, 1, 1);
         const la_vf y = vf_fma(kv, uv[r], gate == LA_GATE_NONE ? old : vf_mul(av, old));
         const la_vf y1 = vf_fma(kv1, uv[r], gate == LA_GATE_NONE ? old1 : vf_mul(av1, old1));
-        vf_store_row2(s, row[r] + c, y, y1, 1);
+        vf_store_row_paired(s, row[r] + c, y, y1, 1);
         out[r] = vf_fma(y, qv, out[r]);
         out[r] = vf_fma(y1, qv1, out[r]);
     }
@@ -993,9 +994,10 @@ LA_INLINE void delta_vfirst_dot(const void *s, const int64_t *row, int bf16, int
         acc[r][0] = acc[r][1] = vf_zero();
 #define DOT_PAIRS(r0, r1)                                                                         \
     for (int r = r0; r < r1; r++) {                                                               \
-        acc[r][0] = vf_fma(vf_load_row(s, row[r] + c, LA_VW, bf16), vf_load(kn + c), acc[r][0]);  \
-        acc[r][1] = vf_fma(vf_load_row(s, row[r] + c + LA_VW, LA_VW, bf16),                       \
-                           vf_load(kn + c + LA_VW), acc[r][1]);                                   \
+        acc[r][0] = vf_fma(vf_load_row_paired(s, row[r] + c, 0, bf16), vf_load(kn + c),           \
+                           acc[r][0]);                                                            \
+        acc[r][1] = vf_fma(vf_load_row_paired(s, row[r] + c, 1, bf16), vf_load(kn + c + LA_VW),   \
+                           acc[r][1]);                                                            \
     }
     if (by_row)
         for (int q = 0; q < R; q++)
@@ -1204,6 +1206,32 @@ static __attribute__((noinline)) void delta_vfirst_first_moved(const la_head *h,
         delta_vfirst_block(h, h->s_from, h->s, 0, j0, nj, f, dkp, 0, 1);
 }
 
+/* A bfloat16 V-first step reads each whole pair of vectors of a row in the
+ * table's pair order (state_rows.h), in its dot products and its update
+ * alike, so the token's features qh, kh, kn and a channel gate's decays
+ * are put in that order once, over the same whole pairs (the rest stay in
+ * order, as the rows' last vectors are read). Each row's sums then add the
+ * same products in another order: other bits than in natural order, the
+ * same for any split of the rows. */
+LA_INLINE void delta_features_paired(const la_head *h, float *f, int64_t dkp)
+{
+#if LA_BF16_PAIR_ORDER
+    const int64_t whole = h->dk / (2 * LA_VW) * (2 * LA_VW);
+    for (int w = 0; w < 4; w++) {
+        float *x = f + w * dkp;
+        if (w == 2 && h->gate != LA_GATE_CHANNEL) /* a TOKEN gate's a[0] alone */
+            continue;
+        for (int64_t c = 0; c < whole; c += 2 * LA_VW) {
+            const la_vf lo = vf_load_paired(x + c, 0, 1), hi = vf_load_paired(x + c, 1, 1);
+            vf_store(x + c, lo);
+            vf_store(x + c + LA_VW, hi);
+        }
+    }
+#else
+    (void)h, (void)f, (void)dkp;
+#endif
+}
+
 /* A float state (h->s), or a bfloat16 one (h->s_bf16) widened on load and
  * rounded on store, once per token (the driver gives it one-token calls;
  * it is run a token at a time all the same, so that only the one-token
@@ -1215,6 +1243,8 @@ static void delta_recurrent_vfirst(const la_head *h, int64_t j0, int64_t nj, voi
     int64_t start = 0;
     if (h->s_from && h->T > 0) {
         delta_prepare(h, 0, f, dkp);
+        if (h->s_bf16)
+            delta_features_paired(h, f, dkp);
         delta_vfirst_first_moved(h, j0, nj, f, dkp);
         start = 1;
     }
@@ -1223,9 +1253,11 @@ static void delta_recurrent_vfirst(const la_head *h, int64_t j0, int64_t nj, voi
         for (int64_t i = 0; i < n; i++)
             delta_prepare(h, t0 + i, f + i * DELTA_FEATURES * dkp, dkp);
         if (h->s_bf16)
-            for (int64_t i = 0; i < n; i++)
+            for (int64_t i = 0; i < n; i++) {
+                delta_features_paired(h, f + i * DELTA_FEATURES * dkp, dkp);
                 delta_vfirst_block(h, h->s_bf16, h->s_bf16, 1, j0, nj,
                                    f + i * DELTA_FEATURES * dkp, dkp, t0 + i, 1);
+            }
         else
             delta_vfirst_block(h, h->s, h->s, 0, j0, nj, f, dkp, t0, n);
     }

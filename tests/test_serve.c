@@ -563,18 +563,23 @@ static float elem_value(int bf16, const void *p, int64_t e)
  * slots, odd dk, dv over two register tiles. o and every slot bitwise
  * where both run the K-first kernels (the V-first call on 2 threads, the
  * K-first on 1), else to rounding; the padding and unnamed slots kept.
- * _i: T index, bit 3 a bfloat16 pool. */
+ * _i: T index, bit 3 a bfloat16 pool, bit 4 dk 45 and a channel gate. */
 START_TEST(vfirst_prefill_matches_kfirst)
 {
     static const int64_t Ts[6] = {1, 8, 9, 20, 64, 200};
     const int64_t T = Ts[_i & 7];
     const int bf16 = _i >> 3 & 1;
-    const int64_t B = 3, H = 2, dk = 13, dv = 40, slots = 7, col = dk + 3;
+    /* dk 45 under a channel gate: whole pairs of vectors, one more vector
+     * and a partial one on avx2 (a bfloat16 row's pair order, which the
+     * decays follow: state_rows.h), a pair and a partial vector on avx512;
+     * 13 under a token gate: below one pair */
+    const int wide = _i >> 4 & 1;
+    const int64_t B = 3, H = 2, dk = wide ? 45 : 13, dv = 40, slots = 7, col = dk + 3;
     const int32_t rd[3] = {5, -1, 2}, wr[3] = {1, 4, 2};
     const size_t es = bf16 ? 2 : 4, tok = (size_t)(B * T * H);
     const size_t head_k = (size_t)(dk * dv), head_v = (size_t)(dv * col);
     float *q = floats(tok * (size_t)dk, -1, 1), *k = floats(tok * (size_t)dk, -1, 1);
-    float *v = floats(tok * (size_t)dv, -1, 1), *g = floats(tok, -0.7f, 0);
+    float *v = floats(tok * (size_t)dv, -1, 1), *g = floats(tok * (wide ? dk : 1), -0.7f, 0);
     float *beta = floats(tok, 0, 1);
     float *o_k = floats(tok * (size_t)dv, 0, 0), *o_v = floats(tok * (size_t)dv, 0, 0);
     unsigned char *sk = malloc((size_t)(slots * H) * head_k * es);
@@ -601,7 +606,7 @@ START_TEST(vfirst_prefill_matches_kfirst)
     memcpy(sv0, sv, (size_t)(slots * H) * head_v * es);
     linattn_config cfg;
     linattn_config_init(&cfg, B, H, T, dk, dv);
-    linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+    linattn_config_set_gate(&cfg, wide ? LINATTN_GATE_CHANNEL : LINATTN_GATE_TOKEN);
     cfg.normalize = 0, cfg.qk_l2norm = 1;
     cfg.dtype.s = bf16 ? LINATTN_BF16 : LINATTN_F32;
     linattn_state_pool pk = {.slots = slots, .slot = H * dk * dv, .head = dk * dv, .row = dv,
@@ -653,9 +658,9 @@ START_TEST(vfirst_prefill_matches_kfirst)
                     int e;
                     frexp(b, &e);
                     ck_assert_msg(fabs(a - b) <= ldexp(1.0, e - 8) + 1e-5 * fmax(1.0, fabs(b)),
-                                  "bf16 T = %lld: slot %lld head %lld (%lld, %lld) is %a, "
-                                  "K-first %a",
-                                  (long long)T, (long long)(sh / H), (long long)(sh % H),
+                                  "bf16 dk = %lld, T = %lld: slot %lld head %lld (%lld, %lld) "
+                                  "is %a, K-first %a",
+                                  (long long)dk, (long long)T, (long long)(sh / H), (long long)(sh % H),
                                   (long long)i, (long long)j, a, b);
                 }
                 const double d = fabs(a - b) / fmax(1.0, fabs(b));
@@ -663,8 +668,9 @@ START_TEST(vfirst_prefill_matches_kfirst)
             }
     /* a bfloat16 element in place may round the other way (checked above) */
     const double es_tol = bf16 && !bitwise ? 1.0 / 128 : 1e-5;
-    ck_assert_msg(eo < 1e-5 && es_max <= es_tol, "T = %lld: o differs by %g, the pool by %g",
-                  (long long)T, eo, es_max);
+    ck_assert_msg(eo < 1e-5 && es_max <= es_tol,
+                  "%s dk = %lld, T = %lld: o differs by %g, the pool by %g",
+                  bf16 ? "bf16" : "f32", (long long)dk, (long long)T, eo, es_max);
     free(q), free(k), free(v), free(g), free(beta), free(o_k), free(o_v);
     free(sk), free(sv), free(sv0);
 }
@@ -1103,8 +1109,10 @@ static Suite *serve_suite(void)
     tcase_add_test(pool, spec_matches_vfirst_steps);
     tcase_add_loop_test(pool, packed_without_state, 0, 2);
     tcase_add_loop_test(pool, many_sequences_on_threads, 0, 12);
-    for (int bf16 = 0; bf16 < 2; bf16++)
-        tcase_add_loop_test(pool, vfirst_prefill_matches_kfirst, 8 * bf16, 8 * bf16 + 6);
+    for (int wide = 0; wide < 2; wide++)
+        for (int bf16 = 0; bf16 < 2; bf16++)
+            tcase_add_loop_test(pool, vfirst_prefill_matches_kfirst, 16 * wide + 8 * bf16,
+                                16 * wide + 8 * bf16 + 6);
     suite_add_tcase(s, pool);
     TCase *plans = tcase_create("plans");
     tcase_set_timeout(plans, 120);

@@ -55,16 +55,16 @@ LA_INLINE void vf_store_row2(void *y, int64_t off, la_vf lo, la_vf hi, int bf16)
     vf_store((float *)y + off + LA_VW, hi);
 }
 
-
 /* Pair order. Two whole vectors of a row (2 LA_VW elements from off) may
  * be held in an order of the ISA's choosing where that makes a bfloat16
  * row cheaper to widen and round (LA_BF16_PAIR_ORDER in a vocabulary:
  * avx2's holds the even elements, then the odd ones); everywhere else,
- * and for float rows, in order. A sweep's columns are independent, so a
- * kernel that reads the columns' other operands (v) and writes their
- * results (o) in the same order gives every column the same operations,
- * and the same bits, as in natural order. half: 0 or 1, the vector of the
- * pair. */
+ * and for float rows, in order. A K-first sweep's columns are
+ * independent, so a kernel that reads the columns' other operands (v) and
+ * writes their results (o) in the same order gives every column the same
+ * operations, and the same bits, as in natural order; a sum along a row
+ * (the V-first step's) adds in another order. half: 0 or 1, the vector of
+ * the pair. */
 #ifndef LA_BF16_PAIR_ORDER
 #define LA_BF16_PAIR_ORDER 0
 #endif

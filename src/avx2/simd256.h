@@ -191,8 +191,8 @@ LA_INLINE void vf_narrow2_bf16(uint16_t *p, la_vf lo, la_vf hi)
  * the high word of its 32-bit lane, so a pair is one load and one
  * operation a vector to widen, and a shift and a word blend to round back,
  * where natural order takes a zero extension and a shift a vector, and a
- * pack and a permute a pair: the shuffle and shift pipes that bound a
- * bfloat16 sweep on avx2. */
+ * pack and a permute a pair (Zen 3, a bfloat16 step of 4 heads in L2:
+ * 15.1-15.5 us against 18.3-18.5). */
 #define LA_BF16_PAIR_ORDER 1
 LA_INLINE la_vf vf_widen_bf16_half(const uint16_t *p, int half)
 {

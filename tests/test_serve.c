@@ -660,8 +660,8 @@ START_TEST(vfirst_prefill_matches_kfirst)
                     ck_assert_msg(fabs(a - b) <= ldexp(1.0, e - 8) + 1e-5 * fmax(1.0, fabs(b)),
                                   "bf16 dk = %lld, T = %lld: slot %lld head %lld (%lld, %lld) "
                                   "is %a, K-first %a",
-                                  (long long)dk, (long long)T, (long long)(sh / H), (long long)(sh % H),
-                                  (long long)i, (long long)j, a, b);
+                                  (long long)dk, (long long)T, (long long)(sh / H),
+                                  (long long)(sh % H), (long long)i, (long long)j, a, b);
                 }
                 const double d = fabs(a - b) / fmax(1.0, fabs(b));
                 es_max = d > es_max || d != d ? d : es_max;

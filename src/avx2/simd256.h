@@ -143,13 +143,18 @@ LA_INLINE la_vf vf_widen_f16(const uint16_t *p)
 {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
-/* Round to nearest even, each lane's bfloat16 in its low 16 bits, for
- * lanes that hold no NaN (a NaN's payload may carry into its exponent). */
-LA_INLINE __m256i la_round_bf16_numbers(__m256i u)
+/* Round to nearest even, for lanes that hold no NaN (a NaN's payload may
+ * carry into its exponent): the bfloat16 in each lane's high word, the low
+ * word left over... */
+LA_INLINE __m256i la_round_bf16_high(__m256i u)
 {
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb),
-                             16);
+    return _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+}
+/* ...or in its low 16 bits. */
+LA_INLINE __m256i la_round_bf16_numbers(__m256i u)
+{
+    return _mm256_srli_epi32(la_round_bf16_high(u), 16);
 }
 /* The same for any lane: a NaN stays a quiet NaN (la_f32_to_bf16 in
  * half.h). */
@@ -205,9 +210,7 @@ LA_INLINE void vf_narrow_bf16_halves(uint16_t *p, la_vf even, la_vf odd)
     __m256i lo, hi; /* each bfloat16 in its lane's low word; hi's in its high word */
     if (la_no_nan2(even, odd)) {
         lo = la_round_bf16_numbers(_mm256_castps_si256(even));
-        const __m256i u = _mm256_castps_si256(odd);
-        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-        hi = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+        hi = la_round_bf16_high(_mm256_castps_si256(odd));
     } else {
         lo = la_round_bf16_lanes(even);
         hi = _mm256_slli_epi32(la_round_bf16_lanes(odd), 16);

@@ -162,7 +162,9 @@ def cpu_key():
     model = info.get("model", "?")
     flags = info.get("flags", "").split()
     avx512 = all(f in flags for f in ("avx512f", "avx512vl", "avx512bw", "avx512dq"))
-    if vendor == "AuthenticAMD" and family >= 0x17:
+    if vendor == "AuthenticAMD" and family >= 0x1a:
+        key = "LA_UARCH_ZEN5"
+    elif vendor == "AuthenticAMD" and family >= 0x17:
         key = "LA_UARCH_ZEN4"
     elif vendor == "GenuineIntel" and family == 6 and avx512:
         key = "LA_UARCH_SAPPHIRE_RAPIDS"

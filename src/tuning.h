@@ -15,7 +15,8 @@
 /* Machines entries were measured on; cpu.c maps a CPU to the nearest one. */
 typedef enum {
     LA_UARCH_OTHER,            /* none of these: each table's first entry */
-    LA_UARCH_ZEN4,             /* AMD Zen, family 0x17 and later (measured: Zen 4) */
+    LA_UARCH_ZEN4,             /* AMD Zen, families 0x17-0x19 (measured: Zen 4) */
+    LA_UARCH_ZEN5,             /* AMD family 0x1A and later (measured: Zen 5, model 2) */
     LA_UARCH_SAPPHIRE_RAPIDS,  /* Intel family 6 with AVX-512 (measured: model 207) */
 } la_uarch;
 

@@ -1040,7 +1040,7 @@ END_TEST
 START_TEST(tuning_entries)
 {
     const la_uarch here = la_cpu_uarch();
-    ck_assert(here == LA_UARCH_OTHER || here == LA_UARCH_ZEN4 ||
+    ck_assert(here == LA_UARCH_OTHER || here == LA_UARCH_ZEN4 || here == LA_UARCH_ZEN5 ||
               here == LA_UARCH_SAPPHIRE_RAPIDS);
     int ntables;
     const la_table *const *tables = la_all_tables(&ntables);
@@ -1085,9 +1085,11 @@ START_TEST(tuning_entries)
 }
 END_TEST
 
-/* cpu.c's key of CPUs named by their CPUID vendor, family and model: every
- * Zen to Zen 4's entries (the only AMD machine with its own), the families
- * before Zen to none; Intel by whether AVX-512 is usable. */
+/* cpu.c's key of CPUs named by their CPUID vendor, family and model: Zen 1
+ * to 4 to Zen 4's entries, Zen 5 and later families to Zen 5's (with or
+ * without AVX-512: a table with no entry of its own for it takes its first,
+ * Zen 4's), the families before Zen to none; Intel by whether AVX-512 is
+ * usable. */
 START_TEST(uarch_of_known_cpus)
 {
     static const struct {
@@ -1102,7 +1104,9 @@ START_TEST(uarch_of_known_cpus)
         {"AuthenticAMD", 0x19, 0x01, 0, LA_UARCH_ZEN4, "Zen 3 (Milan)"},
         {"AuthenticAMD", 0x19, 0x11, 1, LA_UARCH_ZEN4, "Zen 4 (Genoa)"},
         {"AuthenticAMD", 0x19, 0x61, 0, LA_UARCH_ZEN4, "Zen 4 with AVX-512 hidden"},
-        {"AuthenticAMD", 0x1a, 0x02, 1, LA_UARCH_ZEN4, "Zen 5 (Turin)"},
+        {"AuthenticAMD", 0x1a, 0x02, 1, LA_UARCH_ZEN5, "Zen 5 (Turin)"},
+        {"AuthenticAMD", 0x1a, 0x44, 0, LA_UARCH_ZEN5, "Zen 5 with AVX-512 hidden"},
+        {"AuthenticAMD", 0x1b, 0x00, 1, LA_UARCH_ZEN5, "a later AMD family"},
         {"GenuineIntel", 6, 143, 1, LA_UARCH_SAPPHIRE_RAPIDS, "Sapphire Rapids"},
         {"GenuineIntel", 6, 207, 1, LA_UARCH_SAPPHIRE_RAPIDS, "Emerald Rapids"},
         {"GenuineIntel", 6, 207, 0, LA_UARCH_OTHER, "Emerald Rapids, AVX-512 masked"},

@@ -126,6 +126,7 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
                      .step_columns = kern->delta_tuning->delta_step_columns,
                      .step_fuse = kern->delta_tuning->delta_step_fuse,
                      .vfirst_read_ahead = kern->delta_tuning->delta_vfirst_read_ahead,
+                     .vfirst_dot_interleave = kern->delta_tuning->delta_vfirst_dot_interleave,
                      .step_rows_bytes = kern->delta_tuning->delta_step_rows_bytes,
                      .scale = c->scale,
                      .chunk = a->chunk, .pair_tokens = pairs};

@@ -71,6 +71,7 @@ typedef struct la_head {
     /* delta recurrent_vfirst, one-token calls: la_tuning's
      * delta_vfirst_read_ahead (0: VFIRST_READ_AHEAD_BYTES) */
     int64_t vfirst_read_ahead;
+    int vfirst_dot_interleave; /* la_tuning.delta_vfirst_dot_interleave */
     /* delta recurrent, one-token calls on a K-first state: la_tuning's
      * delta_step_rows_bytes (0: the table's) */
     int64_t step_rows_bytes;

@@ -40,11 +40,11 @@ uint32_t la_cpu_features(void)
 /* The nearest machine a table has tuning entries for (tuning.h), by vendor
  * and family/model: AMD Zen 1-4 (families 0x17-0x19) take Zen 4's figures
  * (on Zen 3 none of the avx2 entry's fields tried measured better,
- * 2026-11-30), Zen 5 and later (0x1A on) Zen 5's, where a table has them
- * (else its first entry, Zen 4's); an Intel core with AVX-512 usable (Sapphire Rapids 143,
- * Emerald Rapids 207, and the other Xeons, which like them have two
- * 512-bit FMA pipes on most parts) the Sapphire Rapids ones; anything else
- * each table's first entry. */
+ * 2026-11-30), Zen 5 and later (0x1A on) Zen 5's where a table has them
+ * (else its first entry, Zen 4's); an Intel core with AVX-512 usable
+ * (Sapphire Rapids 143, Emerald Rapids 207, and the other Xeons, which like
+ * them have two 512-bit FMA pipes on most parts) the Sapphire Rapids ones;
+ * anything else each table's first entry. */
 la_uarch la_uarch_of(const char *vendor, int family, int model, int avx512)
 {
     (void)model; /* no entry tells models of one family apart yet */

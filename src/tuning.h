@@ -68,11 +68,11 @@ typedef struct la_tuning {
      * in flight, more waits longer before the rows are rewritten. The
      * results are the same bits for any value. */
     int64_t delta_vfirst_read_ahead;
-    /* 1: that read-only pass sums the rows of a group of four chunk after
-     * chunk, the rows sharing each load of kn; 0: row after row, one
-     * address-ordered stream for the prefetchers (delta_kernels.h,
-     * delta_vfirst_dot). The same operations in either order: the same
-     * bits. */
+    /* 1: a one-token V-first call's read-only pass (above) sums the rows
+     * of a group of four chunk after chunk, the rows sharing each load of
+     * kn; 0: row after row, one address-ordered stream for the prefetchers
+     * (delta_kernels.h, delta_vfirst_dot). The same operations in either
+     * order: the same bits. */
     int delta_vfirst_dot_interleave;
     /* A one-token call (or block) on a K-first state (float or bfloat16),
      * not packed, whose columns are wider than the table's register tile

@@ -238,7 +238,7 @@ static const la_tuning tuning_avx512[] = {
         .delta_vfirst_read_ahead = 16 << 10,
     },
     {
-        .uarch = LA_UARCH_ZEN5, /* Zen 4's but for pairs without a gate */
+        .uarch = LA_UARCH_ZEN5, /* Zen 4's, but pairs without a gate, interleaved V-first dots */
         .additive_chunked_above_dk = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},
         .additive_chunk = {{16, 16, 16}, {32, 32, 32}},
         LA_DELTA_TUNING_ZEN4,

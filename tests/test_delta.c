@@ -1109,6 +1109,96 @@ START_TEST(packed_pool_same_bits)
 }
 END_TEST
 
+/* A V-first pool's decode step (one token) gives the same bits whichever
+ * order its read-only pass reads a group's rows in (tuning.h:
+ * delta_vfirst_dot_interleave) and however far it reads ahead
+ * (delta_vfirst_read_ahead: one group, the table's default, 4 KiB), float
+ * and bfloat16 pools, moved and in place, dk below, at and above the
+ * vector with a partial last one, dv not a multiple of the group, every
+ * gate, 1 and 3 threads. */
+START_TEST(vfirst_step_dot_order_same_bits)
+{
+    enum { B = 3, H = 2, SLOTS = 5, PAD = 2 };
+    const la_tuning entry = *la_active_kernels()->delta_tuning;
+    la_tuning by_row = entry, interleaved[3];
+    by_row.delta_vfirst_dot_interleave = 0;
+    static const int64_t ahead[3] = {1, 0, 4096};
+    for (int a = 0; a < 3; a++) {
+        interleaved[a] = entry;
+        interleaved[a].delta_vfirst_dot_interleave = 1;
+        interleaved[a].delta_vfirst_read_ahead = ahead[a];
+    }
+    static const int64_t dims[][2] = {{13, 9}, {45, 40}, {128, 23}};
+    const int32_t rd[B] = {0, 3, -1}, wr[B] = {1, 3, 4};
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int bf16 = 0; bf16 <= 1; bf16++)
+                for (int threads = 1; threads <= 3; threads += 2) {
+                    const int64_t dk = dims[d][0], dv = dims[d][1], tok = B * H;
+                    const int64_t col = dk + PAD, head = dv * col, elems = SLOTS * H * head;
+                    const size_t es = bf16 ? 2 : 4;
+                    float *q = malloc((size_t)(tok * dk) * sizeof(float));
+                    float *k = malloc((size_t)(tok * dk) * sizeof(float));
+                    float *v = malloc((size_t)(tok * dv) * sizeof(float));
+                    float *g = malloc((size_t)(tok * dk) * sizeof(float));
+                    float *beta = malloc((size_t)tok * sizeof(float));
+                    float *o1 = calloc((size_t)(tok * dv), sizeof(float));
+                    float *o2 = calloc((size_t)(tok * dv), sizeof(float));
+                    unsigned char *pool0 = malloc((size_t)elems * es);
+                    unsigned char *pool1 = malloc((size_t)elems * es);
+                    unsigned char *pool2 = malloc((size_t)elems * es);
+                    ck_assert(q && k && v && g && beta && o1 && o2 && pool0 && pool1 && pool2);
+                    for (int64_t e = 0; e < tok * dk; e++)
+                        q[e] = rand_uniform(-1, 1), k[e] = rand_uniform(-1, 1),
+                        g[e] = rand_uniform(-2, 0);
+                    for (int64_t e = 0; e < tok * dv; e++)
+                        v[e] = rand_uniform(-0.3f, 5);
+                    for (int64_t e = 0; e < tok; e++)
+                        beta[e] = rand_uniform(0, 1);
+                    for (int64_t e = 0; e < elems; e++)
+                        pool_put(pool0, bf16, e,
+                                 e % col < dk ? rand_uniform(-0.3f, 0.3f) : 1234.5f);
+                    memcpy(pool1, pool0, (size_t)elems * es);
+                    linattn_config cfg;
+                    linattn_config_init(&cfg, B, H, 1, dk, dv);
+                    linattn_config_set_gate(&cfg, (linattn_gate)gate);
+                    cfg.normalize = 0, cfg.qk_l2norm = 1, cfg.num_threads = threads;
+                    cfg.dtype.s = bf16 ? LINATTN_BF16 : LINATTN_F32;
+                    linattn_state_pool pool = {.slots = SLOTS, .slot = H * head, .head = head,
+                                               .row = 1, .col = col, .read_slots = rd,
+                                               .write_slots = wr};
+                    linattn_operands ops;
+                    linattn_operands_init(&ops);
+                    ops.q = q, ops.k = k, ops.v = v, ops.beta = beta;
+                    ops.g = gate == LINATTN_GATE_NONE ? NULL : g;
+                    ops.pool = &pool;
+                    ops.o = o1, ops.s = pool1;
+                    la_force_table_tuning(table, NULL, &by_row);
+                    ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK,
+                                  "%s", linattn_last_error());
+                    for (int a = 0; a < 3; a++) {
+                        memcpy(pool2, pool0, (size_t)elems * es);
+                        memset(o2, 0, (size_t)(tok * dv) * sizeof(float));
+                        ops.o = o2, ops.s = pool2;
+                        la_force_table_tuning(table, NULL, &interleaved[a]);
+                        ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) ==
+                                          LINATTN_OK,
+                                      "%s", linattn_last_error());
+                        ck_assert_msg(memcmp(o1, o2, (size_t)(tok * dv) * sizeof(float)) == 0 &&
+                                          memcmp(pool1, pool2, (size_t)elems * es) == 0,
+                                      "V-first %s step, dk %lld dv %lld gate %d, %d threads: "
+                                      "interleaved rows (read-ahead %lld) differ from rows "
+                                      "in turn",
+                                      bf16 ? "bf16" : "f32", (long long)dk, (long long)dv, gate,
+                                      threads, (long long)ahead[a]);
+                    }
+                    free(q), free(k), free(v), free(g), free(beta), free(o1), free(o2);
+                    free(pool0), free(pool1), free(pool2);
+                }
+    la_force_table(table);
+}
+END_TEST
+
 /* ---- pair sweeps (tuning.h: delta_pair_from_T) ----------------------------- */
 
 /* Tokens two at a time, forced on every table whatever this CPU's entry
@@ -1588,6 +1678,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, threads_bitwise_equal);
     tcase_add_test(oracle, packed_state_same_bits);
     tcase_add_test(oracle, packed_pool_same_bits);
+    tcase_add_test(oracle, vfirst_step_dot_order_same_bits);
     tcase_add_test(oracle, step_tiles_same_bits);
     tcase_add_test(oracle, vfirst_read_ahead_same_bits);
     tcase_add_test(oracle, pair_sweeps_match_oracle);

@@ -226,7 +226,9 @@ def struct(won, bests, dks):
         print("    /* from variant builds (docs/kernels.md), to fill in: .delta_pack_from_T,")
         print("     * .delta_pack_columns, .delta_pair_from_T, .delta_pair_below_T,")
         print("     * .additive_pack_from_T,")
-        print("     * .additive_quad_from_T, .delta_step_columns, .delta_step_fuse */")
+        print("     * .additive_quad_from_T, .delta_step_columns, .delta_step_fuse,")
+        print("     * .delta_step_bf16_sweep_fetch, .delta_step_rows_bytes,")
+        print("     * .delta_vfirst_read_ahead, .delta_vfirst_dot_interleave */")
         print("},")
 
 

@@ -125,6 +125,7 @@ static void head_tokens(const la_kernels *kern, const la_call *c, const delta_al
                      .s_next = c->T == 1 ? st.next : NULL, /* fetched by a step alone */
                      .step_columns = kern->delta_tuning->delta_step_columns,
                      .step_fuse = kern->delta_tuning->delta_step_fuse,
+                     .step_bf16_sweep_fetch = kern->delta_tuning->delta_step_bf16_sweep_fetch,
                      .vfirst_read_ahead = kern->delta_tuning->delta_vfirst_read_ahead,
                      .vfirst_dot_interleave = kern->delta_tuning->delta_vfirst_dot_interleave,
                      .step_rows_bytes = kern->delta_tuning->delta_step_rows_bytes,

@@ -341,8 +341,12 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
      * Fetching in the sweep alone left it idle in the read-only pass: a
      * model's decode on Zen 4, one thread, went from 0.51-0.56 of the
      * read-modify-write bound to 0.63-0.76 (B = 1) and 0.62-0.63 to
-     * 0.67-0.73 (B = 8); docs/kernels.md */
-    const int spread = next_s && !fuse && !h->step_acc_in;
+     * 0.67-0.73 (B = 8); docs/kernels.md. A bfloat16 state's read-only
+     * pass is short beside its sweep (widening and rounding are in the
+     * sweep), and where the tuning entry says so it fetches nothing
+     * (la_tuning.delta_step_bf16_sweep_fetch: on Zen 5, B = 1, 0.41-0.44
+     * of the bound -> 0.52-0.56) */
+    const int spread = next_s && !fuse && !h->step_acc_in && !(bf16 && h->step_bf16_sweep_fetch);
     for (int64_t c = 0; c < (h->step_acc_in ? 0 : dk); c++) { /* S^T k of the first token */
         const la_vf kv = vf_set1(k0[c]);
         if (spread && !(c & 1))
@@ -694,7 +698,10 @@ static void delta_tile_bf16(const la_head *h, uint16_t *s, int64_t ld, const flo
  * longer needs v. Each column gets the operations delta_tile_tokens gives
  * it, in the same order, wherever its sums are kept: the same bits as the
  * tiles, for any n1, n2 and column split. The next state's rows are
- * fetched over both passes, as a tile with a read-only pass does. */
+ * fetched as a tile with a read-only pass fetches them: over both passes,
+ * or a bfloat16 state's in the sweep alone where the tuning entry says so
+ * (36 layers of 16 heads of 128 x 256 on Zen 5, B = 1: 0.46 -> 0.55 of the
+ * bound). */
 
 #if LA_DELTA_ROW_NV
 /* Vector x of the columns past the registers (n lanes): S^T k so far. */
@@ -745,6 +752,7 @@ LA_INLINE void delta_step_rows(const la_head *h, void *s, int64_t ld, const floa
     const int64_t nv = (nj + LA_VW - 1) / LA_VW, wl = nj - (nv - 1) * LA_VW;
     const float *qh = f, *kh = f + dkp, *a = f + 2 * dkp, *k0 = f + 3 * dkp;
     const void *next_s = LA_DELTA_STEP_PREFETCH ? h->s_next : NULL;
+    const int late = bf16 && h->step_bf16_sweep_fetch; /* in the sweep alone (as the tiles) */
     const la_vf at = vf_set1(gate == LA_GATE_TOKEN ? a[0] : 1.0f);
     const la_vf bv = vf_set1(h->beta[0]);
     la_vf r[LA_DELTA_ROW1_NV];
@@ -755,7 +763,7 @@ LA_INLINE void delta_step_rows(const la_head *h, void *s, int64_t ld, const floa
     for (int64_t c = 0; c < dk; c++) { /* S^T k; the next state's row c / 2 */
         const la_vf kv = vf_set1(k0[c]);
         const int64_t sr = c * ld;
-        if (next_s && !(c & 1))
+        if (next_s && !late && !(c & 1))
             delta_fetch(next_s, c / 2 * ld, nj, es);
         LA_UNROLL_ROWS for (int x = 0; x < n1; x++)
             r[x] = vf_fma(vf_load_row(s, sr + x * LA_VW, LA_VW, bf16), kv, r[x]);
@@ -778,8 +786,8 @@ LA_INLINE void delta_step_rows(const la_head *h, void *s, int64_t ld, const floa
         const la_vf kv = vf_set1(kh[c]), qv = vf_set1(qh[c]);
         const la_vf av = gate == LA_GATE_CHANNEL ? vf_set1(a[c]) : at;
         const int64_t sr = c * ld;
-        if (next_s && !((dk + c) & 1))
-            delta_fetch(next_s, (dk + c) / 2 * ld, nj, es);
+        if (next_s && (late || !((dk + c) & 1)))
+            delta_fetch(next_s, late ? sr : (dk + c) / 2 * ld, nj, es);
         la_vf held = vf_zero(); /* bfloat16: an even vector waiting for its pair */
         LA_UNROLL_ROWS for (int x = 0; x < n2; x++) {
             const la_vf y = delta_row_new(s, sr, x, vf_load(sums + x * LA_VW), kv, av, LA_VW,

@@ -68,6 +68,7 @@ typedef struct la_head {
      * table's tile) */
     int64_t step_columns;
     int step_fuse; /* la_tuning.delta_step_fuse */
+    int step_bf16_sweep_fetch; /* la_tuning.delta_step_bf16_sweep_fetch */
     /* delta recurrent_vfirst, one-token calls: la_tuning's
      * delta_vfirst_read_ahead (0: VFIRST_READ_AHEAD_BYTES) */
     int64_t vfirst_read_ahead;

@@ -62,6 +62,11 @@ typedef struct la_tuning {
      * next tile's rows. The sums are the same operations in the same
      * order: the same bits either way. */
     int delta_step_fuse;
+    /* 1: a one-token call on a bfloat16 K-first state fetches the next
+     * tile's (or state's) rows in its read-write pass alone; 0: spread
+     * over its read-only pass and its read-write pass, as a float state's
+     * are. Prefetches only: the same bits either way. */
+    int delta_step_bf16_sweep_fetch;
     /* Bytes of a V-first state (bfloat16 or float) whose dot products a
      * one-token call reads before it updates those rows (delta_kernels.h,
      * delta_vfirst_token); 0: the table's 64 KiB. Less keeps fewer lines

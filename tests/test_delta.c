@@ -1422,6 +1422,85 @@ START_TEST(step_tiles_same_bits)
 }
 END_TEST
 
+/* A bfloat16 K-first state's decode step gives the same bits on register
+ * tiles and on whole rows (delta_step_rows), with its next-state fetch
+ * spread over both passes or in the sweep alone (tuning.h:
+ * delta_step_bf16_sweep_fetch): dk below and above the vector, dv below,
+ * at and past the table's tile with a partial last vector, several heads
+ * (each fetching the next one's state), every gate, 1 and 3 threads. */
+START_TEST(bf16_step_tiles_same_bits)
+{
+    const la_tuning entry = *la_active_kernels()->delta_tuning;
+    /* (delta_step_rows_bytes, delta_step_bf16_sweep_fetch): the table's
+     * entry first, then tiles only (a bound of 1 byte) and rows whenever
+     * the columns are wider than a tile, each with either fetch */
+    static const int64_t variants[][2] = {{1, 0}, {1, 1}, {INT64_MAX, 0}, {INT64_MAX, 1}};
+    static const int64_t shapes[][4] = {
+        /* B, H, dk, dv */
+        {1, 3, 17, 40}, {2, 2, 32, 128}, {1, 2, 64, 200}, {1, 3, 9, 257}, {2, 2, 16, 520},
+    };
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int threads = 1; threads <= 3; threads += 2) {
+                const int64_t B = shapes[sh][0], H = shapes[sh][1], dk = shapes[sh][2],
+                              dv = shapes[sh][3], heads = B * H, elems = heads * dk * dv;
+                float *q = malloc((size_t)(heads * dk) * sizeof(float));
+                float *k = malloc((size_t)(heads * dk) * sizeof(float));
+                float *v = malloc((size_t)(heads * dv) * sizeof(float));
+                float *g = malloc((size_t)(heads * dk) * sizeof(float));
+                float *beta = malloc((size_t)heads * sizeof(float));
+                float *o1 = malloc((size_t)(heads * dv) * sizeof(float));
+                float *o2 = malloc((size_t)(heads * dv) * sizeof(float));
+                uint16_t *s0 = malloc((size_t)elems * 2), *s1 = malloc((size_t)elems * 2);
+                uint16_t *s2 = malloc((size_t)elems * 2);
+                ck_assert(q && k && v && g && beta && o1 && o2 && s0 && s1 && s2);
+                for (int64_t e = 0; e < heads * dk; e++)
+                    q[e] = rand_uniform(-1, 1), k[e] = rand_uniform(-1, 1),
+                    g[e] = rand_uniform(-2, 0);
+                for (int64_t e = 0; e < heads * dv; e++)
+                    v[e] = rand_uniform(-1, 1);
+                for (int64_t e = 0; e < heads; e++)
+                    beta[e] = rand_uniform(0, 1);
+                for (int64_t e = 0; e < elems; e++)
+                    pool_put(s0, 1, e, rand_uniform(-0.5f, 0.5f));
+                linattn_config cfg;
+                linattn_config_init_step(&cfg, B, H, dk, dv);
+                linattn_config_set_gate(&cfg, (linattn_gate)gate);
+                cfg.normalize = 0, cfg.qk_l2norm = 1, cfg.num_threads = threads;
+                cfg.dtype.s = LINATTN_BF16;
+                linattn_operands ops;
+                linattn_operands_init(&ops);
+                ops.q = q, ops.k = k, ops.v = v, ops.beta = beta;
+                ops.g = gate == LINATTN_GATE_NONE ? NULL : g;
+                memcpy(s1, s0, (size_t)elems * 2);
+                ops.o = o1, ops.s = s1;
+                la_force_table_tuning(table, NULL, &entry);
+                ck_assert_msg(linattn_run(LINATTN_OP_DELTA_STEP, &cfg, &ops) == LINATTN_OK, "%s",
+                              linattn_last_error());
+                for (size_t w = 0; w < sizeof variants / sizeof variants[0]; w++) {
+                    la_tuning tune = entry;
+                    tune.delta_step_rows_bytes = variants[w][0];
+                    tune.delta_step_bf16_sweep_fetch = (int)variants[w][1];
+                    la_force_table_tuning(table, NULL, &tune);
+                    memcpy(s2, s0, (size_t)elems * 2);
+                    ops.o = o2, ops.s = s2;
+                    ck_assert_msg(linattn_run(LINATTN_OP_DELTA_STEP, &cfg, &ops) == LINATTN_OK,
+                                  "%s", linattn_last_error());
+                    ck_assert_msg(memcmp(o1, o2, (size_t)(heads * dv) * sizeof(float)) == 0 &&
+                                      memcmp(s1, s2, (size_t)elems * 2) == 0,
+                                  "bf16 step B=%lld H=%lld dk=%lld dv=%lld gate %d, %d threads: "
+                                  "%s, fetch %s, give other bits than the table's",
+                                  (long long)B, (long long)H, (long long)dk, (long long)dv, gate,
+                                  threads, variants[w][0] == 1 ? "tiles" : "whole rows",
+                                  variants[w][1] ? "in the sweep" : "spread");
+                }
+                free(q), free(k), free(v), free(g), free(beta), free(o1), free(o2);
+                free(s0), free(s1), free(s2);
+            }
+    la_force_table(table);
+}
+END_TEST
+
 /* A V-first pool's decode step reads a stretch of rows for their dot
  * products before it updates them (la_tuning.delta_vfirst_read_ahead):
  * every stretch, from one group of rows to the whole head, gives the same
@@ -1680,6 +1759,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, packed_pool_same_bits);
     tcase_add_test(oracle, vfirst_step_dot_order_same_bits);
     tcase_add_test(oracle, step_tiles_same_bits);
+    tcase_add_test(oracle, bf16_step_tiles_same_bits);
     tcase_add_test(oracle, vfirst_read_ahead_same_bits);
     tcase_add_test(oracle, pair_sweeps_match_oracle);
     tcase_add_test(oracle, pair_range_by_length);

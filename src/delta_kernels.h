@@ -344,7 +344,7 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
      * 0.67-0.73 (B = 8); docs/kernels.md. A bfloat16 state's read-only
      * pass is short beside its sweep (widening and rounding are in the
      * sweep), and where the tuning entry says so it fetches nothing
-     * (la_tuning.delta_step_bf16_sweep_fetch: on Zen 5, B = 1, 0.41-0.44
+     * (la_tuning.delta_step_bf16_sweep_fetch: on Zen 5, B = 1, 0.41-0.45
      * of the bound -> 0.52-0.56) */
     const int spread = next_s && !fuse && !h->step_acc_in && !(bf16 && h->step_bf16_sweep_fetch);
     for (int64_t c = 0; c < (h->step_acc_in ? 0 : dk); c++) { /* S^T k of the first token */

@@ -1431,9 +1431,10 @@ END_TEST
 START_TEST(bf16_step_tiles_same_bits)
 {
     const la_tuning entry = *la_active_kernels()->delta_tuning;
-    /* (delta_step_rows_bytes, delta_step_bf16_sweep_fetch): the table's
-     * entry first, then tiles only (a bound of 1 byte) and rows whenever
-     * the columns are wider than a tile, each with either fetch */
+    /* (delta_step_rows_bytes, delta_step_bf16_sweep_fetch), each against
+     * a run with the table's entry: tiles only (a bound of 1 byte), and
+     * whole rows wherever the columns are wider than a tile, each with
+     * either fetch */
     static const int64_t variants[][2] = {{1, 0}, {1, 1}, {INT64_MAX, 0}, {INT64_MAX, 1}};
     static const int64_t shapes[][4] = {
         /* B, H, dk, dv */

@@ -245,8 +245,9 @@ static const la_tuning tuning_avx512[] = {
          * B = 8 1304 -> 1060; bfloat16 100 -> 65, 1041 -> 696 */
         .delta_vfirst_dot_interleave = 1,
         /* 36 layers of bfloat16 K-first states, fraction of the bound,
-         * spread -> in the sweep: B = 1 0.41-0.44 -> 0.52-0.56, B = 8
-         * 0.70 -> 0.76 (float32 states keep it spread: B = 8 lost 0.07) */
+         * spread -> in the sweep: B = 1 0.41-0.45 -> 0.52-0.56, B = 8
+         * 0.66-0.70 -> 0.73-0.76 (float32 states keep it spread: B = 8
+         * lost 0.07) */
         .delta_step_bf16_sweep_fetch = 1,
     },
     {

@@ -976,6 +976,49 @@ static void pool_put(void *pool, int bf16, int64_t e, float x)
         ((float *)pool)[e] = x;
 }
 
+/* The per-token operands of tok rows (a step's heads, or a call's tokens
+ * and heads), drawn at random: q and k in [-1, 1], v in [v_lo, v_hi], g
+ * in [-2, 0] per channel (a token gate reads the first tok), beta in
+ * [0, 1]; o1 and o2, zeroed, take a call's outputs and its variant's. */
+typedef struct {
+    float *q, *k, *v, *g, *beta, *o1, *o2;
+    size_t o_bytes;
+} token_rows;
+
+static token_rows token_rows_make(int64_t tok, int64_t dk, int64_t dv, float v_lo, float v_hi)
+{
+    token_rows r = {
+        .q = malloc((size_t)(tok * dk) * sizeof(float)),
+        .k = malloc((size_t)(tok * dk) * sizeof(float)),
+        .v = malloc((size_t)(tok * dv) * sizeof(float)),
+        .g = malloc((size_t)(tok * dk) * sizeof(float)),
+        .beta = malloc((size_t)tok * sizeof(float)),
+        .o1 = calloc((size_t)(tok * dv), sizeof(float)),
+        .o2 = calloc((size_t)(tok * dv), sizeof(float)),
+        .o_bytes = (size_t)(tok * dv) * sizeof(float),
+    };
+    ck_assert(r.q && r.k && r.v && r.g && r.beta && r.o1 && r.o2);
+    for (int64_t e = 0; e < tok * dk; e++)
+        r.q[e] = rand_uniform(-1, 1), r.k[e] = rand_uniform(-1, 1), r.g[e] = rand_uniform(-2, 0);
+    for (int64_t e = 0; e < tok * dv; e++)
+        r.v[e] = rand_uniform(v_lo, v_hi);
+    for (int64_t e = 0; e < tok; e++)
+        r.beta[e] = rand_uniform(0, 1);
+    return r;
+}
+
+/* q, k, v, beta and (with a gate) g of ops; the state and o are the caller's. */
+static void token_rows_bind(const token_rows *r, linattn_operands *ops, int gate)
+{
+    ops->q = r->q, ops->k = r->k, ops->v = r->v, ops->beta = r->beta;
+    ops->g = gate == LINATTN_GATE_NONE ? NULL : r->g;
+}
+
+static void token_rows_free(token_rows *r)
+{
+    free(r->q), free(r->k), free(r->v), free(r->g), free(r->beta), free(r->o1), free(r->o2);
+}
+
 /* A pool call that runs on the packed copy takes it straight from the pool
  * and writes it straight back (plan.c run_packed); the same call through a
  * K-first float copy (packing never) gives the same bits as packing from 32
@@ -1018,23 +1061,12 @@ START_TEST(packed_pool_same_bits)
                         const int64_t row = vfirst ? 1 : dv + PAD, col = vfirst ? dk + PAD : 1;
                         const int64_t head = vfirst ? dv * col : dk * row, elems = SLOTS * H * head;
                         const size_t es = bf16 ? 2 : 4;
-                        float *q = malloc((size_t)(tok * dk) * sizeof(float));
-                        float *k = malloc((size_t)(tok * dk) * sizeof(float));
-                        float *v = malloc((size_t)(tok * dv) * sizeof(float));
-                        float *g = malloc((size_t)tok * sizeof(float));
-                        float *beta = malloc((size_t)tok * sizeof(float));
-                        float *o1 = calloc((size_t)(tok * dv), sizeof(float));
-                        float *o2 = calloc((size_t)(tok * dv), sizeof(float));
+                        token_rows r = token_rows_make(tok, dk, dv, -0.3f, 5);
+                        float *o1 = r.o1, *o2 = r.o2;
                         unsigned char *pool0 = malloc((size_t)elems * es);
                         unsigned char *pool1 = malloc((size_t)elems * es);
                         unsigned char *pool2 = malloc((size_t)elems * es);
-                        ck_assert(q && k && v && g && beta && o1 && o2 && pool0 && pool1 && pool2);
-                        for (int64_t e = 0; e < tok * dk; e++)
-                            q[e] = rand_uniform(-1, 1), k[e] = rand_uniform(-1, 1);
-                        for (int64_t e = 0; e < tok * dv; e++)
-                            v[e] = rand_uniform(-0.3f, 5);
-                        for (int64_t e = 0; e < tok; e++)
-                            g[e] = rand_uniform(-2, 0), beta[e] = rand_uniform(0, 1);
+                        ck_assert(pool0 && pool1 && pool2);
                         for (int64_t e = 0; e < elems; e++) {
                             const int64_t in_head = e % head;
                             const int64_t i = vfirst ? in_head % col : in_head / row;
@@ -1054,7 +1086,7 @@ START_TEST(packed_pool_same_bits)
                                                    .write_slots = wr};
                         linattn_operands ops;
                         linattn_operands_init(&ops);
-                        ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = beta;
+                        token_rows_bind(&r, &ops, LINATTN_GATE_TOKEN);
                         ops.pool = &pool;
                         ops.o = o1, ops.s = pool1;
                         la_force_table_tuning(table, NULL, &never);
@@ -1066,13 +1098,13 @@ START_TEST(packed_pool_same_bits)
                         const la_tuning *packing[2] = {&from32, &always};
                         for (int pk = 0; pk < 2; pk++) {
                             memcpy(pool2, pool0, (size_t)elems * es);
-                            memset(o2, 0, (size_t)(tok * dv) * sizeof(float));
+                            memset(o2, 0, r.o_bytes);
                             ops.o = o2, ops.s = pool2;
                             la_force_table_tuning(table, NULL, packing[pk]);
                             ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) ==
                                               LINATTN_OK,
                                           "%s", linattn_last_error());
-                            ck_assert_msg(memcmp(o1, o2, (size_t)(tok * dv) * sizeof(float)) == 0,
+                            ck_assert_msg(memcmp(o1, o2, r.o_bytes) == 0,
                                           "%s T = %lld, %d threads, packing from %lld: o differs",
                                           what, (long long)T, threads,
                                           (long long)packing[pk]->delta_pack_from_T);
@@ -1101,7 +1133,7 @@ START_TEST(packed_pool_same_bits)
                                               "%s T = %lld: padding element %lld written", what,
                                               (long long)T, (long long)e);
                         }
-                        free(q), free(k), free(v), free(g), free(beta), free(o1), free(o2);
+                        token_rows_free(&r);
                         free(pool0), free(pool1), free(pool2);
                     }
     }
@@ -1137,24 +1169,11 @@ START_TEST(vfirst_step_dot_order_same_bits)
                     const int64_t dk = dims[d][0], dv = dims[d][1], tok = B * H;
                     const int64_t col = dk + PAD, head = dv * col, elems = SLOTS * H * head;
                     const size_t es = bf16 ? 2 : 4;
-                    float *q = malloc((size_t)(tok * dk) * sizeof(float));
-                    float *k = malloc((size_t)(tok * dk) * sizeof(float));
-                    float *v = malloc((size_t)(tok * dv) * sizeof(float));
-                    float *g = malloc((size_t)(tok * dk) * sizeof(float));
-                    float *beta = malloc((size_t)tok * sizeof(float));
-                    float *o1 = calloc((size_t)(tok * dv), sizeof(float));
-                    float *o2 = calloc((size_t)(tok * dv), sizeof(float));
+                    token_rows r = token_rows_make(tok, dk, dv, -0.3f, 5);
                     unsigned char *pool0 = malloc((size_t)elems * es);
                     unsigned char *pool1 = malloc((size_t)elems * es);
                     unsigned char *pool2 = malloc((size_t)elems * es);
-                    ck_assert(q && k && v && g && beta && o1 && o2 && pool0 && pool1 && pool2);
-                    for (int64_t e = 0; e < tok * dk; e++)
-                        q[e] = rand_uniform(-1, 1), k[e] = rand_uniform(-1, 1),
-                        g[e] = rand_uniform(-2, 0);
-                    for (int64_t e = 0; e < tok * dv; e++)
-                        v[e] = rand_uniform(-0.3f, 5);
-                    for (int64_t e = 0; e < tok; e++)
-                        beta[e] = rand_uniform(0, 1);
+                    ck_assert(pool0 && pool1 && pool2);
                     for (int64_t e = 0; e < elems; e++)
                         pool_put(pool0, bf16, e,
                                  e % col < dk ? rand_uniform(-0.3f, 0.3f) : 1234.5f);
@@ -1169,22 +1188,21 @@ START_TEST(vfirst_step_dot_order_same_bits)
                                                .write_slots = wr};
                     linattn_operands ops;
                     linattn_operands_init(&ops);
-                    ops.q = q, ops.k = k, ops.v = v, ops.beta = beta;
-                    ops.g = gate == LINATTN_GATE_NONE ? NULL : g;
+                    token_rows_bind(&r, &ops, gate);
                     ops.pool = &pool;
-                    ops.o = o1, ops.s = pool1;
+                    ops.o = r.o1, ops.s = pool1;
                     la_force_table_tuning(table, NULL, &by_row);
                     ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK,
                                   "%s", linattn_last_error());
                     for (int a = 0; a < 3; a++) {
                         memcpy(pool2, pool0, (size_t)elems * es);
-                        memset(o2, 0, (size_t)(tok * dv) * sizeof(float));
-                        ops.o = o2, ops.s = pool2;
+                        memset(r.o2, 0, r.o_bytes);
+                        ops.o = r.o2, ops.s = pool2;
                         la_force_table_tuning(table, NULL, &interleaved[a]);
                         ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) ==
                                           LINATTN_OK,
                                       "%s", linattn_last_error());
-                        ck_assert_msg(memcmp(o1, o2, (size_t)(tok * dv) * sizeof(float)) == 0 &&
+                        ck_assert_msg(memcmp(r.o1, r.o2, r.o_bytes) == 0 &&
                                           memcmp(pool1, pool2, (size_t)elems * es) == 0,
                                       "V-first %s step, dk %lld dv %lld gate %d, %d threads: "
                                       "interleaved rows (read-ahead %lld) differ from rows "
@@ -1192,7 +1210,7 @@ START_TEST(vfirst_step_dot_order_same_bits)
                                       bf16 ? "bf16" : "f32", (long long)dk, (long long)dv, gate,
                                       threads, (long long)ahead[a]);
                     }
-                    free(q), free(k), free(v), free(g), free(beta), free(o1), free(o2);
+                    token_rows_free(&r);
                     free(pool0), free(pool1), free(pool2);
                 }
     la_force_table(table);
@@ -1445,23 +1463,10 @@ START_TEST(bf16_step_tiles_same_bits)
             for (int threads = 1; threads <= 3; threads += 2) {
                 const int64_t B = shapes[sh][0], H = shapes[sh][1], dk = shapes[sh][2],
                               dv = shapes[sh][3], heads = B * H, elems = heads * dk * dv;
-                float *q = malloc((size_t)(heads * dk) * sizeof(float));
-                float *k = malloc((size_t)(heads * dk) * sizeof(float));
-                float *v = malloc((size_t)(heads * dv) * sizeof(float));
-                float *g = malloc((size_t)(heads * dk) * sizeof(float));
-                float *beta = malloc((size_t)heads * sizeof(float));
-                float *o1 = malloc((size_t)(heads * dv) * sizeof(float));
-                float *o2 = malloc((size_t)(heads * dv) * sizeof(float));
+                token_rows r = token_rows_make(heads, dk, dv, -1, 1);
                 uint16_t *s0 = malloc((size_t)elems * 2), *s1 = malloc((size_t)elems * 2);
                 uint16_t *s2 = malloc((size_t)elems * 2);
-                ck_assert(q && k && v && g && beta && o1 && o2 && s0 && s1 && s2);
-                for (int64_t e = 0; e < heads * dk; e++)
-                    q[e] = rand_uniform(-1, 1), k[e] = rand_uniform(-1, 1),
-                    g[e] = rand_uniform(-2, 0);
-                for (int64_t e = 0; e < heads * dv; e++)
-                    v[e] = rand_uniform(-1, 1);
-                for (int64_t e = 0; e < heads; e++)
-                    beta[e] = rand_uniform(0, 1);
+                ck_assert(s0 && s1 && s2);
                 for (int64_t e = 0; e < elems; e++)
                     pool_put(s0, 1, e, rand_uniform(-0.5f, 0.5f));
                 linattn_config cfg;
@@ -1471,10 +1476,9 @@ START_TEST(bf16_step_tiles_same_bits)
                 cfg.dtype.s = LINATTN_BF16;
                 linattn_operands ops;
                 linattn_operands_init(&ops);
-                ops.q = q, ops.k = k, ops.v = v, ops.beta = beta;
-                ops.g = gate == LINATTN_GATE_NONE ? NULL : g;
+                token_rows_bind(&r, &ops, gate);
                 memcpy(s1, s0, (size_t)elems * 2);
-                ops.o = o1, ops.s = s1;
+                ops.o = r.o1, ops.s = s1;
                 la_force_table_tuning(table, NULL, &entry);
                 ck_assert_msg(linattn_run(LINATTN_OP_DELTA_STEP, &cfg, &ops) == LINATTN_OK, "%s",
                               linattn_last_error());
@@ -1484,10 +1488,10 @@ START_TEST(bf16_step_tiles_same_bits)
                     tune.delta_step_bf16_sweep_fetch = (int)variants[w][1];
                     la_force_table_tuning(table, NULL, &tune);
                     memcpy(s2, s0, (size_t)elems * 2);
-                    ops.o = o2, ops.s = s2;
+                    ops.o = r.o2, ops.s = s2;
                     ck_assert_msg(linattn_run(LINATTN_OP_DELTA_STEP, &cfg, &ops) == LINATTN_OK,
                                   "%s", linattn_last_error());
-                    ck_assert_msg(memcmp(o1, o2, (size_t)(heads * dv) * sizeof(float)) == 0 &&
+                    ck_assert_msg(memcmp(r.o1, r.o2, r.o_bytes) == 0 &&
                                       memcmp(s1, s2, (size_t)elems * 2) == 0,
                                   "bf16 step B=%lld H=%lld dk=%lld dv=%lld gate %d, %d threads: "
                                   "%s, fetch %s, give other bits than the table's",
@@ -1495,7 +1499,7 @@ START_TEST(bf16_step_tiles_same_bits)
                                   threads, variants[w][0] == 1 ? "tiles" : "whole rows",
                                   variants[w][1] ? "in the sweep" : "spread");
                 }
-                free(q), free(k), free(v), free(g), free(beta), free(o1), free(o2);
+                token_rows_free(&r);
                 free(s0), free(s1), free(s2);
             }
     la_force_table(table);
@@ -1517,22 +1521,10 @@ START_TEST(vfirst_read_ahead_same_bits)
     for (int bf16 = 0; bf16 <= 1; bf16++)
         for (int threads = 1; threads <= 3; threads += 2) {
             const size_t es = bf16 ? 2 : 4;
-            float *q = malloc(2 * (size_t)(tok * dk) * sizeof(float));
-            float *k = malloc(2 * (size_t)(tok * dk) * sizeof(float));
-            float *v = malloc(2 * (size_t)(tok * dv) * sizeof(float));
-            float *g = malloc(2 * (size_t)tok * sizeof(float));
-            float *beta = malloc(2 * (size_t)tok * sizeof(float));
-            float *o = malloc(2 * (size_t)(tok * dv) * sizeof(float));
-            float *o1 = malloc(2 * (size_t)(tok * dv) * sizeof(float));
+            token_rows r = token_rows_make(2 * tok, dk, dv, -0.3f, 5); /* two steps' rows */
             unsigned char *pool0 = malloc((size_t)elems * es), *pool = malloc((size_t)elems * es);
             unsigned char *pool1 = malloc((size_t)elems * es);
-            ck_assert(q && k && v && g && beta && o && o1 && pool0 && pool && pool1);
-            for (int64_t e = 0; e < 2 * tok * dk; e++)
-                q[e] = rand_uniform(-1, 1), k[e] = rand_uniform(-1, 1);
-            for (int64_t e = 0; e < 2 * tok * dv; e++)
-                v[e] = rand_uniform(-0.3f, 5);
-            for (int64_t e = 0; e < 2 * tok; e++)
-                g[e] = rand_uniform(-2, 0), beta[e] = rand_uniform(0, 1);
+            ck_assert(pool0 && pool && pool1);
             for (int64_t e = 0; e < elems; e++)
                 pool_put(pool0, bf16, e, rand_uniform(-0.3f, 0.3f));
             for (size_t a = 0; a < sizeof aheads / sizeof aheads[0]; a++) {
@@ -1549,25 +1541,26 @@ START_TEST(vfirst_read_ahead_same_bits)
                                              .row = 1, .col = dk};
                     linattn_operands ops;
                     linattn_operands_init(&ops);
-                    ops.q = q + t * tok * dk, ops.k = k + t * tok * dk, ops.v = v + t * tok * dv;
-                    ops.g = g + t * tok, ops.beta = beta + t * tok, ops.o = o + t * tok * dv;
+                    ops.q = r.q + t * tok * dk, ops.k = r.k + t * tok * dk;
+                    ops.v = r.v + t * tok * dv, ops.g = r.g + t * tok, ops.beta = r.beta + t * tok;
+                    ops.o = r.o2 + t * tok * dv;
                     ops.s = pool, ops.pool = &sp;
                     ck_assert_msg(linattn_run(LINATTN_OP_DELTA_STEP, &cfg, &ops) == LINATTN_OK,
                                   "%s", linattn_last_error());
                 }
                 if (a == 0) {
-                    memcpy(o1, o, 2 * (size_t)(tok * dv) * sizeof(float));
+                    memcpy(r.o1, r.o2, r.o_bytes);
                     memcpy(pool1, pool, (size_t)elems * es);
                     continue;
                 }
-                ck_assert_msg(memcmp(o1, o, 2 * (size_t)(tok * dv) * sizeof(float)) == 0 &&
+                ck_assert_msg(memcmp(r.o1, r.o2, r.o_bytes) == 0 &&
                                   memcmp(pool1, pool, (size_t)elems * es) == 0,
                               "table %s, %s V-first pool, %d threads: a read-ahead of %lld bytes "
                               "gives other bits than the table's",
                               table->name, bf16 ? "bfloat16" : "float", threads,
                               (long long)aheads[a]);
             }
-            free(q), free(k), free(v), free(g), free(beta), free(o), free(o1);
+            token_rows_free(&r);
             free(pool0), free(pool), free(pool1);
         }
     la_force_table(table);

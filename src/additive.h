@@ -106,7 +106,10 @@ typedef struct la_additive_ops {
     /* One token of the causal recurrence, any gate: decay, update and read
      * out h->s (and h->z) in a single pass, writing o (dv floats). g is the
      * token's gate (NULL for NONE; one float for TOKEN, dk for CHANNEL).
-     * linattn_step's token loop. Never allocates. */
+     * linattn_step's token loop. Never allocates. With h->s_bf16 the state
+     * is bfloat16, each element widened as read and rounded once as
+     * written, o read out from the float before the rounding: the bits of
+     * the same token on a float copy of the state, rounded afterwards. */
     void (*token)(const la_head *h, const float *q, const float *k, const float *v,
                   const float *g, float *o);
     /* The non-causal forward (gate NONE) in two passes over blocks of

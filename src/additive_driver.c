@@ -129,11 +129,16 @@ static la_head view_parts_of(const la_stage_ops *stage, const la_head *h, const 
     return x;
 }
 
-/* Binds head i's state (the user's, or a zeroed one) and its z compensation. */
-static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, const head_ws *w)
+/* Binds head i's state (the user's, or a zeroed one) and its z compensation.
+ * bf16: c->s is a bfloat16 state, worked on in place (one-token calls). */
+static void bind(la_head *h, const la_call *c, int64_t i, unsigned char *ws, const head_ws *w,
+                 int bf16)
 {
     const size_t elems = c->head_state_elems;
-    if (c->s) {
+    if (c->s && bf16) {
+        h->s_bf16 = (uint16_t *)c->s + (size_t)i * (size_t)(c->dk * c->dv);
+        h->z = caller_z(c, i);
+    } else if (c->s) {
         h->s = (float *)c->s + (size_t)i * (size_t)(c->dk * c->dv);
         h->z = caller_z(c, i);
     } else {
@@ -172,7 +177,11 @@ static void run_tokens(const la_kernels *kern, const la_head *h, const la_source
     for (int64_t t = 0; t < h->T; t++) {
         const la_head x = view_of(kern->stage, h, src, t, 1, buf, &a);
         la_head cols = x;
-        cols.dv = nj, cols.s = x.s + j0, cols.s_ld = h->dv;
+        cols.dv = nj, cols.s_ld = h->dv;
+        if (x.s_bf16)
+            cols.s_bf16 = x.s_bf16 + j0;
+        else
+            cols.s = x.s + j0;
         kern->additive->token(&cols, x.q + a * x.q_ts, x.k + a * x.k_ts, x.v + a * x.v_ts + j0,
                               x.gate == LA_GATE_NONE ? NULL : x.g + a * x.g_ts,
                               x.o + a * x.o_ts + j0);
@@ -244,6 +253,8 @@ typedef struct {
     head_ws w;
     unsigned char *ws;     /* w.total bytes per thread */
     int64_t width, pieces; /* the token loop's columns per unit, units per head */
+    int bf16_state;        /* c->s is bfloat16, K-first (la_additive_head_run_bf16) */
+    const void *next;      /* la_head.s_next of the token op */
 } head_job;
 
 /* The token loop's workspace (z compensation, one token's panels) is on
@@ -264,7 +275,8 @@ static void run_head(const head_job *j, int64_t u, int tid)
     const la_source src = la_source_at(j->c, i);
     la_head h = head_base(j->c);
     h.chunk = j->chunk;
-    bind(&h, j->c, i, mine, &j->w);
+    bind(&h, j->c, i, mine, &j->w, j->bf16_state);
+    h.s_next = j->next;
     la_stage_reset(buf);
     if (!j->c->causal || j->chunked)
         fold_compensation(&h);
@@ -342,7 +354,7 @@ static linattn_status run_sequence_parallel(const head_job *j, int wanted)
         la_head h = head_base(c);
         const la_source src = la_source_at(c, i);
         h.chunk = chunk;
-        bind(&h, c, i, ws, &hw);
+        bind(&h, c, i, ws, &hw, 0);
         fold_compensation(&h);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
@@ -484,7 +496,7 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
         *h = head_base(c);
         h->quad_tokens = j->quads;
         *SRC(g) = la_source_at(c, i0 + g); /* once per head, not per block */
-        bind(h, c, i0 + g, mine + per_head * (size_t)g, &j->w);
+        bind(h, c, i0 + g, mine + per_head * (size_t)g, &j->w, 0);
         if (h->z && j->z_start)
             memcpy(ZZ(g), j->z_start + 2 * c->dk * (i0 + g), 2 * (size_t)c->dk * sizeof(float));
         else if (h->z)
@@ -660,6 +672,29 @@ void la_additive_head_run(const la_kernels *kern, const la_call *c, void *ws)
         return;
     }
     head_job j = head_job_for(kern, c);
+    j.ws = ws;
+    run_head(&j, 0, 0);
+}
+
+/* A one-token call that runs the token loop, whose bfloat16 K-first state
+ * (rows of dv elements) may then be worked on in place: the token op
+ * widens each element as it reads it and rounds it once as it writes it,
+ * and reads out the float before rounding, so o and the state have the
+ * bits of the same token on a float copy rounded afterwards, and a decode
+ * step reads and writes 2 bytes per element, once. */
+int la_additive_head_bf16_in_place(const la_kernels *kern, const la_call *c)
+{
+    return c->T == 1 && c->causal && !head_recurrent(kern, c) && !head_job_for(kern, c).chunked;
+}
+
+void la_additive_head_run_bf16(const la_kernels *kern, const la_call *c, uint16_t *s,
+                               const uint16_t *next, void *ws)
+{
+    la_call x = *c;
+    x.s = s;
+    head_job j = head_job_for(kern, &x);
+    j.bf16_state = 1;
+    j.next = next;
     j.ws = ws;
     run_head(&j, 0, 0);
 }

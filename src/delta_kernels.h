@@ -45,14 +45,6 @@
 #define LA_DELTA_STEP_PREFETCH 1
 #endif
 
-/* Into L2: the n elements of es bytes at element `at` of a state. */
-LA_INLINE void delta_fetch(const void *state, int64_t at, int64_t n, int64_t es)
-{
-    const char *p = (const char *)state + at * es;
-    for (int64_t b = 0; b < n * es; b += 64)
-        __builtin_prefetch(p + b, 0, 2);
-}
-
 /* Vectors per register tile on a packed copy of the state (pack below): a
  * table may take narrower tiles there, so that a tile of dk rows fits in L1. */
 #ifndef LA_DELTA_PACK_NV
@@ -350,7 +342,7 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
     for (int64_t c = 0; c < (h->step_acc_in ? 0 : dk); c++) { /* S^T k of the first token */
         const la_vf kv = vf_set1(k0[c]);
         if (spread && !(c & 1))
-            delta_fetch(next_s, c / 2 * ld, row_n, es);
+            state_fetch(next_s, c / 2 * ld, row_n, es);
         for (int x = 0; x < nv; x++)
             acc[x] = vf_fma(SLD(c * ld, x), kv, acc[x]);
     }
@@ -377,9 +369,9 @@ LA_INLINE void delta_tile_tokens(const la_head *h, void *s, int64_t ld, const fl
         const la_vf nk = vf_set1(NEXT ? kn[c] : FUSE ? k0[c] : 0.0f);                             \
         const int64_t sr = c * ld;                                                                \
         if (!NEXT && !FUSE && next_s && !(spread && ((dk + c) & 1)))                              \
-            delta_fetch(next_s, spread ? (dk + c) / 2 * ld : sr, row_n, es);                     \
+            state_fetch(next_s, spread ? (dk + c) / 2 * ld : sr, row_n, es);                     \
         if (FUSE && next_s && c + DELTA_FUSE_AHEAD < dk)                                          \
-            delta_fetch(next_s, sr + DELTA_FUSE_AHEAD * ld, row_n, es);                           \
+            state_fetch(next_s, sr + DELTA_FUSE_AHEAD * ld, row_n, es);                           \
         la_vf held = vf_zero(); /* an even vector waiting for its pair */                        \
         /* unrolled by force: GCC 12 kept avx512bf16's bfloat16 sweep (its body                   \
          * large with the rounding's rare fallback) a loop with out[] and                         \
@@ -764,7 +756,7 @@ LA_INLINE void delta_step_rows(const la_head *h, void *s, int64_t ld, const floa
         const la_vf kv = vf_set1(k0[c]);
         const int64_t sr = c * ld;
         if (next_s && !late && !(c & 1))
-            delta_fetch(next_s, c / 2 * ld, nj, es);
+            state_fetch(next_s, c / 2 * ld, nj, es);
         LA_UNROLL_ROWS for (int x = 0; x < n1; x++)
             r[x] = vf_fma(vf_load_row(s, sr + x * LA_VW, LA_VW, bf16), kv, r[x]);
         for (int64_t x = n1; x < nv - 1; x++)
@@ -787,7 +779,7 @@ LA_INLINE void delta_step_rows(const la_head *h, void *s, int64_t ld, const floa
         const la_vf av = gate == LA_GATE_CHANNEL ? vf_set1(a[c]) : at;
         const int64_t sr = c * ld;
         if (next_s && (late || !((dk + c) & 1)))
-            delta_fetch(next_s, late ? sr : (dk + c) / 2 * ld, nj, es);
+            state_fetch(next_s, late ? sr : (dk + c) / 2 * ld, nj, es);
         la_vf held = vf_zero(); /* bfloat16: an even vector waiting for its pair */
         LA_UNROLL_ROWS for (int x = 0; x < n2; x++) {
             const la_vf y = delta_row_new(s, sr, x, vf_load(sums + x * LA_VW), kv, av, LA_VW,
@@ -1148,7 +1140,7 @@ LA_INLINE void delta_vfirst_token(const la_head *h, const void *from, void *s, i
 #define FETCH_NEXT(step)                                                                          \
     if (next && !((step) & 1))                                                                    \
         for (int r = 0; r < VFIRST_ROWS; r++)                                                     \
-            delta_fetch(next, (j + (step) / 2 * VFIRST_ROWS + r) * h->s_vld, h->dk, es);
+            state_fetch(next, (j + (step) / 2 * VFIRST_ROWS + r) * h->s_vld, h->dk, es);
     for (int64_t g = 0; g < ng; g++) {
         FETCH_NEXT(g)
         for (int r = 0; r < VFIRST_ROWS; r++)

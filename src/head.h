@@ -21,9 +21,10 @@ typedef struct la_head {
     float *o;
     int64_t q_ts, k_ts, v_ts, g_ts, beta_ts, o_ts;
     float *s; /* [dk][dv], in/out, never NULL (zeroed by the driver if the user gave none) */
-    /* delta recurrent only: when not NULL the state is here instead, [dk][dv]
-     * bfloat16, widened as read and rounded as written (once per token: the
-     * driver gives it one-token calls, so a decode step rounds it once) */
+    /* delta recurrent and the additive token op: when not NULL the state
+     * is here instead (s unused), [dk][dv] bfloat16 (additive: row stride
+     * s_ld), widened as read and rounded as written (once per token: the
+     * drivers give it one-token calls, so a decode step rounds it once) */
     uint16_t *s_bf16;
     /* additive only: z [dk], NULL exactly when not normalising; zc the
      * running compensation of z (Kahan), dk floats, in the token loop (the
@@ -47,13 +48,15 @@ typedef struct la_head {
      * that plus the table's la_delta_ops.pack_pad apart) */
     int s_packed;
     int64_t pack_tile;
-    /* delta recurrent only: the state the caller works on next, laid out
-     * as this one and of its type (float, or bfloat16 as s_bf16), or
-     * NULL. A one-token tile's passes fetch rows into L2 while they work
-     * on this state, so that memory is not idle then: K-first, the next
-     * column tile of this state, after the last tile s_next's first
-     * (delta_recurrent hands each tile those rows, at their column 0);
-     * V-first, s_next's rows of the columns worked on */
+    /* delta recurrent, and the additive token op on a bfloat16 state: the
+     * state the caller works on next, laid out as this one and of its
+     * type (float, or bfloat16 as s_bf16), or NULL. A one-token tile's
+     * passes fetch rows into L2 while they work on this state, so that
+     * memory is not idle then: K-first, the next column tile of this
+     * state, after the last tile s_next's first (delta_recurrent hands
+     * each tile those rows, at their column 0); V-first, s_next's rows of
+     * the columns worked on; additive, each row of the sweep that row of
+     * s_next (where the table fetches) */
     const void *s_next;
     /* delta recurrent only, one-token calls on a float K-first state:
      * with step_acc_in, step_acc holds S^T kn of the tile about to be

@@ -96,6 +96,12 @@ static inline float *la_serve_z(const la_serve *sv, int64_t slot, int64_t h)
  * working state) on the calling thread, with the workspace sized here. */
 size_t la_additive_head_bytes(const struct la_kernels *kern, const la_call *c);
 void la_additive_head_run(const struct la_kernels *kern, const la_call *c, void *ws);
+/* A one-token additive call on a bfloat16 K-first state s, in place (the
+ * call's own s unused) where la_additive_head_bf16_in_place says so; next:
+ * as la_delta_head_run_bf16's. */
+int la_additive_head_bf16_in_place(const struct la_kernels *kern, const la_call *c);
+void la_additive_head_run_bf16(const struct la_kernels *kern, const la_call *c, uint16_t *s,
+                               const uint16_t *next, void *ws);
 int64_t la_delta_unit_columns(const struct la_kernels *kern, const la_call *c);
 size_t la_delta_head_bytes(const struct la_kernels *kern, const la_call *c, int64_t nj,
                            int moved);

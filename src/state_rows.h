@@ -8,6 +8,15 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Into L2: the n elements of es bytes at element `at` of a state (the
+ * state a kernel works on next, fetched while it works on this one). */
+LA_INLINE void state_fetch(const void *state, int64_t at, int64_t n, int64_t es)
+{
+    const char *p = (const char *)state + at * es;
+    for (int64_t b = 0; b < n * es; b += 64)
+        __builtin_prefetch(p + b, 0, 2);
+}
+
 /* n lanes (LA_VW or fewer, the rest 0) at element off of x: float, or
  * bfloat16 widened (exact). bf16 is a constant at every call site. */
 LA_INLINE la_vf vf_load_row(const void *x, int64_t off, int64_t n, int bf16)

@@ -1073,56 +1073,187 @@ START_TEST(bf16_state_long_decode)
 }
 END_TEST
 
-/* A NaN in a bfloat16 state spreads along its column alone: a step makes
- * every element of that column and its output NaN, and leaves every other
- * column the same bits as the same step on the state without it. The
- * columns put the NaN in either vector of a table's pair (state_rows.h:
- * avx2 holds even and odd elements), and past the pairs in a last vector
- * of 5 lanes, so that the rounding's NaN path is taken in each place. */
+/* ---- additive steps on a bf16 state, in place ---------------------------- */
+
+/* One case of bf16_state_additive_step_same_bits: B = 3 sequences of H = 3
+ * heads, the bfloat16 state contiguous or in a K-first pool of 4 slots
+ * (sequence 0 read from slot 2 and written to slot 0, sequence 1 from
+ * zeros into slot 1, sequence 2 in place in slot 3); norm 0, 1, or 2 (z
+ * with its compensation). */
+static void additive_bf16_step_case(int64_t dk, int64_t dv, linattn_gate gate, int norm,
+                                    int pool, linattn_phi phi, int threads)
+{
+    enum { B = 3, H = 3, SLOTS = 4 };
+    static const int32_t rd[B] = {2, -1, 3}, wr[B] = {0, 1, 3};
+    const int64_t per = dk * dv, zper = dk * (norm == 2 ? 2 : 1);
+    const int64_t slots = pool ? SLOTS : B, slot = pool ? H * per + 3 : H * per;
+    const int64_t gw = gate == LINATTN_GATE_CHANNEL ? dk : 1;
+    problem mem = {0};
+    linattn_config cfg;
+    linattn_config_init_step(&cfg, B, H, dk, dv);
+    cfg.normalize = norm > 0, cfg.z_compensated = norm == 2, cfg.phi = phi;
+    cfg.num_threads = threads;
+    linattn_config_set_gate(&cfg, gate);
+    float *q = guarded_floats(&mem, (size_t)(B * H * dk), 1);
+    float *k = guarded_floats(&mem, (size_t)(B * H * dk), 1);
+    float *v = guarded_floats(&mem, (size_t)(B * H * dv), 1);
+    float *g = gate == LINATTN_GATE_NONE ? NULL : guarded_floats(&mem, (size_t)(B * H * gw), 1);
+    float *o16 = guarded_floats(&mem, (size_t)(B * H * dv), 1);
+    uint16_t *s16 = guarded_elems(&mem, LINATTN_BF16, (size_t)(slots * slot));
+    float *z = norm ? guarded_floats(&mem, (size_t)(slots * H * zper), 0) : NULL;
+    float *o32 = malloc((size_t)(B * H * dv) * sizeof(float));
+    float *s32 = malloc((size_t)(B * H * per) * sizeof(float));
+    float *z32 = malloc((size_t)(B * H * zper) * sizeof(float));
+    uint16_t *s0 = malloc((size_t)(slots * slot) * sizeof(uint16_t));
+    float *z0 = malloc((size_t)(slots * H * zper) * sizeof(float));
+    for (int64_t i = 0; i < B * H * dk; i++)
+        q[i] = rand_uniform(-1, 1), k[i] = rand_uniform(-1, 1);
+    /* every fifth column: v = 0 and subnormal state elements, which the
+     * step keeps subnormal (avx512bf16's conversion would read them as 0) */
+    for (int64_t i = 0; i < B * H * dv; i++)
+        v[i] = i % dv % 5 == 2 ? 0.0f : rand_uniform(-1, 1);
+    for (int64_t i = 0; g && i < B * H * gw; i++)
+        g[i] = i % 7 == 3 ? -20.0f : rand_uniform(-0.5f, 0.0f); /* strong decay too */
+    for (int64_t e = 0; e < slots * slot; e++)
+        s16[e] = e % slot % dv % 5 == 2 ? (uint16_t)(e % 3 ? 0x0005u : 0x8041u)
+                                        : la_f32_to_bf16(rand_uniform(-1, 1));
+    for (int64_t i = 0; z && i < slots * H * zper; i++)
+        z[i] = i % zper < dk ? rand_uniform(0.5f, 1.5f) : rand_uniform(-1e-7f, 1e-7f);
+    memcpy(s0, s16, (size_t)(slots * slot) * sizeof(uint16_t));
+    if (z)
+        memcpy(z0, z, (size_t)(slots * H * zper) * sizeof(float));
+
+    /* the float32 twin: each sequence's read state, widened, contiguous */
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t from = pool ? rd[b] : b;
+        for (int64_t e = 0; e < H * per; e++)
+            s32[b * H * per + e] = from < 0 ? 0.0f : la_bf16_to_f32(s0[from * slot + e]);
+        for (int64_t e = 0; z && e < H * zper; e++)
+            z32[b * H * zper + e] = from < 0 ? 0.0f : z0[from * H * zper + e];
+    }
+    linattn_operands a;
+    linattn_operands_init(&a);
+    a.q = q, a.k = k, a.v = v, a.g = g, a.o = o32, a.s = s32, a.z = norm ? z32 : NULL;
+    ck_assert_int_eq(linattn_run(LINATTN_OP_STEP, &cfg, &a), LINATTN_OK);
+
+    linattn_config c16 = cfg;
+    c16.dtype.s = LINATTN_BF16;
+    const linattn_state_pool sp = {.slots = SLOTS, .slot = slot, .head = per, .row = dv, .col = 1,
+                                   .z_slot = H * zper, .z_head = zper, .read_slots = rd,
+                                   .write_slots = wr};
+    a.o = o16, a.s = s16, a.z = z, a.pool = pool ? &sp : NULL;
+    ck_assert_msg(linattn_run(LINATTN_OP_STEP, &c16, &a) == LINATTN_OK, "%s",
+                  linattn_last_error());
+
+    char what[160];
+    snprintf(what, sizeof what, "%s: dk %lld dv %lld gate %d norm %d %s phi %d threads %d",
+             table->name, (long long)dk, (long long)dv, (int)gate, norm,
+             pool ? "pool" : "contiguous", (int)phi, threads);
+    for (int64_t i = 0; i < B * H * dv; i++)
+        ck_assert_msg(la_f32_bits(o16[i]) == la_f32_bits(o32[i]), "%s: o[%lld] = %a, float %a",
+                      what, (long long)i, (double)o16[i], (double)o32[i]);
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t to = pool ? wr[b] : b;
+        for (int64_t e = 0; e < H * per; e++) {
+            const uint16_t got = s16[to * slot + e], want = la_f32_to_bf16(s32[b * H * per + e]);
+            ck_assert_msg(got == want, "%s: sequence %lld, element %lld: 0x%04x, want 0x%04x",
+                          what, (long long)b, (long long)e, got, want);
+        }
+        for (int64_t e = 0; z && e < H * zper; e++)
+            ck_assert_msg(la_f32_bits(z[to * H * zper + e]) == la_f32_bits(z32[b * H * zper + e]),
+                          "%s: sequence %lld, z[%lld]", what, (long long)b, (long long)e);
+    }
+    if (pool) /* slot 2 is only read */
+        ck_assert_msg(memcmp(s16 + 2 * slot, s0 + 2 * slot, (size_t)slot * 2) == 0,
+                      "%s: slot 2 written", what);
+    free(o32), free(s32), free(z32), free(s0), free(z0);
+    problem_free(&mem);
+}
+
+/* An additive step on a bfloat16 state, which the token op widens and
+ * rounds in place, gives the bits of the same step on a float32 state
+ * holding the widened values, rounded afterwards: o, z and every element
+ * of the state. dk and dv below, at and past the vector widths and the
+ * register tiles (avx512: 8 vectors below dv = 256 and 16 from it, the
+ * columns past them summed in o; dk past one block of 256 channels), every
+ * gate with strong decay, with and without the normaliser and its
+ * compensation, contiguous and pooled states, 1 and 3 threads. */
+START_TEST(bf16_state_additive_step_same_bits)
+{
+    static const int64_t shapes[][2] = {
+        {1, 3},    {7, 8},    {16, 16},  {33, 37},  {1, 64},  {7, 130}, {16, 200}, {33, 272},
+        {16, 3},   {33, 8},   {1, 16},   {7, 37},   {33, 64}, {1, 130}, {7, 200},  {16, 272},
+        {260, 37}, {257, 24}, {128, 128}};
+    static const linattn_gate gates[] = {LINATTN_GATE_NONE, LINATTN_GATE_TOKEN,
+                                         LINATTN_GATE_CHANNEL};
+    int n = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i += (size_t)dim_step())
+        for (int gi = 0; gi < 3; gi++)
+            for (int norm = 0; norm <= 2; norm++)
+                for (int pool = 0; pool <= 1; pool++, n++)
+                    additive_bf16_step_case(shapes[i][0], shapes[i][1], gates[gi], norm, pool,
+                                            n % 2 ? LINATTN_PHI_IDENTITY : LINATTN_PHI_ELU1,
+                                            n % 3 == 1 ? 3 : 1);
+}
+END_TEST
+
+/* A NaN in a bfloat16 state stays where the step's arithmetic takes it,
+ * and every other element and output keeps the bits of the same step on
+ * the state without it. The delta rule spreads it along its column (every
+ * element of that column and its output NaN); an additive step keeps it in
+ * its element (and makes that column's output NaN). The columns put the NaN
+ * in either vector of a table's pair (state_rows.h: avx2 holds even and odd
+ * elements), and past the pairs in a last vector of 5 lanes, so that the
+ * rounding's NaN path is taken in each place. */
 START_TEST(bf16_state_nan_stays_in_its_column)
 {
     enum { DK = 7, DV = 37, I0 = 3 };
     static const int nan_columns[] = {2, 13, 20, 33};
-    linattn_config cfg;
-    linattn_config_init_step(&cfg, 1, 1, DK, DV);
-    cfg.normalize = 0;
-    cfg.phi = LINATTN_PHI_IDENTITY;
-    cfg.qk_l2norm = 1;
-    cfg.dtype.s = LINATTN_BF16;
-    linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
-    float q[DK], k[DK], v[DV], g = -0.3f, beta = 0.7f, o_ref[DV], o_nan[DV];
-    uint16_t s0[DK * DV], s_ref[DK * DV], s_nan[DK * DV];
-    for (int i = 0; i < DK; i++)
-        q[i] = rand_uniform(-1, 1), k[i] = rand_uniform(-1, 1);
-    for (int j = 0; j < DV; j++)
-        v[j] = rand_uniform(-1, 1);
-    for (int e = 0; e < DK * DV; e++)
-        s0[e] = la_f32_to_bf16(rand_uniform(-0.5f, 0.5f));
-    linattn_operands a;
-    linattn_operands_init(&a);
-    a.q = q, a.k = k, a.v = v, a.g = &g, a.beta = &beta;
-    memcpy(s_ref, s0, sizeof s0);
-    a.o = o_ref, a.s = s_ref;
-    ck_assert_int_eq(linattn_run(LINATTN_OP_DELTA_STEP, &cfg, &a), LINATTN_OK);
-    for (size_t n = 0; n < sizeof nan_columns / sizeof nan_columns[0]; n++) {
-        const int j0 = nan_columns[n];
-        memcpy(s_nan, s0, sizeof s0);
-        s_nan[I0 * DV + j0] = (uint16_t)(n & 1 ? 0xffc1u : 0x7fa5u); /* signalling, quiet */
-        a.o = o_nan, a.s = s_nan;
-        ck_assert_int_eq(linattn_run(LINATTN_OP_DELTA_STEP, &cfg, &a), LINATTN_OK);
-        ck_assert_msg(isnan(o_nan[j0]), "%s: NaN at (%d, %d): o[%d] = %a", table->name, I0, j0,
-                      j0, (double)o_nan[j0]);
-        for (int j = 0; j < DV; j++) {
-            if (j != j0)
-                ck_assert_msg(la_f32_bits(o_nan[j]) == la_f32_bits(o_ref[j]),
-                              "%s: NaN at (%d, %d): o[%d] = %a, without it %a", table->name, I0,
-                              j0, j, (double)o_nan[j], (double)o_ref[j]);
-            for (int i = 0; i < DK; i++) {
-                const uint16_t got = s_nan[i * DV + j], want = s_ref[i * DV + j];
-                ck_assert_msg(j == j0 ? half_is_nan(LINATTN_BF16, got) : got == want,
-                              "%s: NaN at (%d, %d): S[%d][%d] = 0x%04x, %s 0x%04x", table->name,
-                              I0, j0, i, j, got, j == j0 ? "not a NaN; without it" : "want",
-                              want);
+    for (int delta = 0; delta <= 1; delta++) {
+        const linattn_op op = delta ? LINATTN_OP_DELTA_STEP : LINATTN_OP_STEP;
+        linattn_config cfg;
+        linattn_config_init_step(&cfg, 1, 1, DK, DV);
+        cfg.normalize = 0;
+        cfg.phi = LINATTN_PHI_IDENTITY;
+        cfg.qk_l2norm = delta;
+        cfg.dtype.s = LINATTN_BF16;
+        linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+        float q[DK], k[DK], v[DV], g = -0.3f, beta = 0.7f, o_ref[DV], o_nan[DV];
+        uint16_t s0[DK * DV], s_ref[DK * DV], s_nan[DK * DV];
+        for (int i = 0; i < DK; i++)
+            q[i] = rand_uniform(-1, 1), k[i] = rand_uniform(-1, 1);
+        for (int j = 0; j < DV; j++)
+            v[j] = rand_uniform(-1, 1);
+        for (int e = 0; e < DK * DV; e++)
+            s0[e] = la_f32_to_bf16(rand_uniform(-0.5f, 0.5f));
+        linattn_operands a;
+        linattn_operands_init(&a);
+        a.q = q, a.k = k, a.v = v, a.g = &g, a.beta = delta ? &beta : NULL;
+        memcpy(s_ref, s0, sizeof s0);
+        a.o = o_ref, a.s = s_ref;
+        ck_assert_int_eq(linattn_run(op, &cfg, &a), LINATTN_OK);
+        for (size_t n = 0; n < sizeof nan_columns / sizeof nan_columns[0]; n++) {
+            const int j0 = nan_columns[n];
+            memcpy(s_nan, s0, sizeof s0);
+            s_nan[I0 * DV + j0] = (uint16_t)(n & 1 ? 0xffc1u : 0x7fa5u); /* signalling, quiet */
+            a.o = o_nan, a.s = s_nan;
+            ck_assert_int_eq(linattn_run(op, &cfg, &a), LINATTN_OK);
+            ck_assert_msg(isnan(o_nan[j0]), "%s %s: NaN at (%d, %d): o[%d] = %a", table->name,
+                          delta ? "delta" : "additive", I0, j0, j0, (double)o_nan[j0]);
+            for (int j = 0; j < DV; j++) {
+                if (j != j0)
+                    ck_assert_msg(la_f32_bits(o_nan[j]) == la_f32_bits(o_ref[j]),
+                                  "%s %s: NaN at (%d, %d): o[%d] = %a, without it %a",
+                                  table->name, delta ? "delta" : "additive", I0, j0, j,
+                                  (double)o_nan[j], (double)o_ref[j]);
+                for (int i = 0; i < DK; i++) {
+                    const uint16_t got = s_nan[i * DV + j], want = s_ref[i * DV + j];
+                    const int nan = j == j0 && (delta || i == I0);
+                    ck_assert_msg(nan ? half_is_nan(LINATTN_BF16, got) : got == want,
+                                  "%s %s: NaN at (%d, %d): S[%d][%d] = 0x%04x, %s 0x%04x",
+                                  table->name, delta ? "delta" : "additive", I0, j0, i, j, got,
+                                  nan ? "not a NaN; without it" : "want", want);
+                }
             }
         }
     }
@@ -1156,6 +1287,7 @@ static Suite *dtypes_suite(const la_table *t)
     tcase_add_test(calls, bf16_state_pool_packed);
     tcase_add_test(calls, bf16_state_long_decode);
     tcase_add_test(calls, bf16_state_nan_stays_in_its_column);
+    tcase_add_test(calls, bf16_state_additive_step_same_bits);
     suite_add_tcase(s, calls);
     return s;
 }

@@ -29,6 +29,7 @@
 #include "../table.h"
 #include "../tile_dispatch.h"
 #include "simd256.h"
+#include "../state_rows.h"
 
 
 enum {
@@ -723,17 +724,19 @@ LA_INLINE __m256 update8(__m256 s, __m256 v, const int GATED, __m256 a, __m256 k
     return GATED ? _mm256_fmadd_ps(a, s, _mm256_mul_ps(k, v)) : _mm256_fmadd_ps(k, v, s);
 }
 
-/* Columns [d0, dv) of one row of S: s = a s + k v, o += q s, each sum
- * carried in o itself: the same operations in the same order as a column
- * summed in registers, so a column's bits do not depend on where its sum
- * is kept (nor on how a step's columns are shared between threads). */
-LA_INLINE void token_row_tail(float *s, const float *v, float *o, int64_t d0, int64_t dv,
-                              const int GATED, __m256 a, __m256 k, __m256 q)
+/* Columns [d0, dv) of the row of S at element r of s: s = a s + k v,
+ * o += q s, each sum carried in o itself: the same operations in the same
+ * order as a column summed in registers, so a column's bits do not depend
+ * on where its sum is kept (nor on how a step's columns are shared between
+ * threads). */
+LA_INLINE void token_row_tail(void *s, int64_t r, const float *v, float *o, int64_t d0,
+                              int64_t dv, const int GATED, const int BF16, __m256 a, __m256 k,
+                              __m256 q)
 {
     for (int64_t d = d0; d < dv; d += 8) {
         const int64_t w = dv - d;
-        const __m256 sv = update8(load8(s + d, w), load8(v + d, w), GATED, a, k);
-        store8(s + d, sv, w);
+        const __m256 sv = update8(vf_load_row(s, r + d, w, BF16), load8(v + d, w), GATED, a, k);
+        vf_store_row(s, r + d, sv, w, BF16);
         store8(o + d, _mm256_fmadd_ps(q, sv, load8(o + d, w)), w);
     }
 }
@@ -745,11 +748,14 @@ LA_INLINE void token_row_tail(float *s, const float *v, float *o, int64_t d0, in
  * 128: 2-4x slower; docs/kernels.md). The first NR vectors' sums stay in
  * registers (v too when NR <= 4), the columns past them sum in o: from L1
  * and L2 that costs 1.1-1.15x against the slabs. phi and the decays of CB
- * channels are made first, as independent vectors. */
+ * channels are made first, as independent vectors. BF16: the state is
+ * h->s_bf16 (additive.h), widened as read and rounded as written, two
+ * vectors to a store, the sums reading the float before the rounding. */
 LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, const float *v,
-                          const float *g, float *o, const int NR, const int GATED)
+                          const float *g, float *o, const int NR, const int GATED, const int BF16)
 {
     const int64_t dk = h->dk, dv = h->dv, ld = h->s_ld ? h->s_ld : dv;
+    void *const s = BF16 ? (void *)h->s_bf16 : (void *)h->s;
     float qb[CB] __attribute__((aligned(32))), kb[CB] __attribute__((aligned(32)));
     float ab[CB] __attribute__((aligned(32)));
     const __m256 scale = _mm256_set1_ps(h->scale);
@@ -787,17 +793,26 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
                 den = _mm256_fmadd_ps(qv, zv, den);
             }
         }
-        float *srow = h->s + c0 * ld;
-        for (int64_t c = 0; c < cw; c++, srow += ld) {
+        int64_t r = c0 * ld;
+        for (int64_t c = 0; c < cw; c++, r += ld) {
             const __m256 a = _mm256_broadcast_ss(ab + c), kc = _mm256_broadcast_ss(kb + c);
             const __m256 qc = _mm256_broadcast_ss(qb + c);
+            __m256 held = _mm256_setzero_ps();
+#pragma GCC unroll 8 /* as row_regs in the avx512 table: acc[] stays in registers */
             for (int x = 0; x < NR; x++) { /* o += q s */
                 const __m256 vx = NR <= 4 ? vv[x % 4] : _mm256_loadu_ps(v + 8 * x);
-                const __m256 sv = update8(_mm256_loadu_ps(srow + 8 * x), vx, GATED, a, kc);
-                _mm256_storeu_ps(srow + 8 * x, sv);
+                const __m256 sv = update8(vf_load_row(s, r + 8 * x, 8, BF16), vx, GATED, a, kc);
+                if (!BF16)
+                    _mm256_storeu_ps((float *)s + r + 8 * x, sv);
+                else if (x % 2 == 1)
+                    vf_store_row2(s, r + 8 * (x - 1), held, sv, 1);
+                else if (x == NR - 1)
+                    vf_store_row(s, r + 8 * x, sv, 8, 1);
+                if (BF16)
+                    held = sv;
                 acc[x] = _mm256_fmadd_ps(qc, sv, acc[x]);
             }
-            token_row_tail(srow, v, o, 8 * NR, dv, GATED, a, kc, qc);
+            token_row_tail(s, r, v, o, 8 * NR, dv, GATED, BF16, a, kc, qc);
         }
     }
     const __m256 inv = _mm256_set1_ps(h->z ? 1.0f / (hsum8(den) + h->eps) : 1.0f);
@@ -809,13 +824,13 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
 }
 
 LA_INLINE void token_nr(const la_head *h, const float *q, const float *k, const float *v,
-                        const float *g, float *o, int nr, const int GATED)
+                        const float *g, float *o, int nr, const int GATED, const int BF16)
 {
     if (nr == 0) { /* dv < 8: every column summed in o */
-        token_rows(h, q, k, v, g, o, 0, GATED);
+        token_rows(h, q, k, v, g, o, 0, GATED, BF16);
         return;
     }
-#define RUN(n) token_rows(h, q, k, v, g, o, n, GATED)
+#define RUN(n) token_rows(h, q, k, v, g, o, n, GATED, BF16)
     LA_TILE_SWITCH(nr, 8, RUN);
 #undef RUN
 }
@@ -824,10 +839,15 @@ static void token_avx2(const la_head *h, const float *q, const float *k, const f
                        const float *g, float *o)
 {
     const int nr = h->dv / 8 < 8 ? (int)(h->dv / 8) : 8; /* whole vectors in registers */
-    if (h->gate == LA_GATE_NONE)
-        token_nr(h, q, k, v, g, o, nr, 0);
+    const int gated = h->gate != LA_GATE_NONE;
+    if (h->s_bf16 && gated)
+        token_nr(h, q, k, v, g, o, nr, 1, 1);
+    else if (h->s_bf16)
+        token_nr(h, q, k, v, g, o, nr, 0, 1);
+    else if (gated)
+        token_nr(h, q, k, v, g, o, nr, 1, 0);
     else
-        token_nr(h, q, k, v, g, o, nr, 1);
+        token_nr(h, q, k, v, g, o, nr, 0, 0);
 }
 
 

@@ -12,6 +12,7 @@
 #include "../table.h"
 #include "../tile_dispatch.h"
 #include "simd512.h"
+#include "../state_rows.h"
 
 enum {
     W = 16,   /* floats per vector */
@@ -749,54 +750,80 @@ LA_INLINE __m512 update16(__m512 s, __m512 v, int gated, __m512 xa, __m512 xk)
     return gated ? _mm512_fmadd_ps(xa, s, _mm512_mul_ps(xk, v)) : _mm512_fmadd_ps(xk, v, s);
 }
 
-/* The register columns of one row of S: s updated, o += q s. */
-LA_INLINE void row_regs(float *s, const float *v, const __m512 *vv, __m512 *acc, const int NV,
-                        const int GATED, __m512 xa, __m512 xk, __m512 xq)
+/* The register columns of the row of S at element r of s: s updated,
+ * o += q s. A bfloat16 row is widened as read and rounded as written, two
+ * vectors to a store; the sums read the float before the rounding. */
+LA_INLINE void row_regs(void *s, int64_t r, const float *v, const __m512 *vv, __m512 *acc,
+                        const int NV, const int GATED, const int BF16, __m512 xa, __m512 xk,
+                        __m512 xq)
 {
+    if (!BF16) {
+        float *row = (float *)s + r;
+        for (int j = 0; j < NV; j++) {
+            const __m512 vj = NV <= 8 ? vv[j % 8] : _mm512_loadu_ps(v + j * W);
+            const __m512 sv = update16(_mm512_loadu_ps(row + j * W), vj, GATED, xa, xk);
+            _mm512_storeu_ps(row + j * W, sv);
+            acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
+        }
+        return;
+    }
+    __m512 held = _mm512_setzero_ps();
+    /* unrolled by force: GCC 12 kept the bfloat16 row (its rounding's rare
+     * fallback makes the body large) a loop with acc[] in memory, 5.1 us
+     * a step of 4 heads of 128 x 128 in L2 against 4.2 (Zen 5) */
+#pragma GCC unroll 16
     for (int j = 0; j < NV; j++) {
         const __m512 vj = NV <= 8 ? vv[j % 8] : _mm512_loadu_ps(v + j * W);
-        const __m512 sv = update16(_mm512_loadu_ps(s + j * W), vj, GATED, xa, xk);
-        _mm512_storeu_ps(s + j * W, sv);
+        const __m512 sv = update16(vf_load_row(s, r + j * W, W, 1), vj, GATED, xa, xk);
+        if (j % 2 == 1)
+            vf_store_row2(s, r + (j - 1) * W, held, sv, 1);
+        else if (j == NV - 1)
+            vf_store_row(s, r + j * W, sv, W, 1);
+        held = sv;
         acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
     }
 }
 
-/* One vector (mask m) of the columns past the register ones, its sum
- * carried in o itself: the same operations in the same order as a register
- * column, so a column's bits do not depend on where its sum is kept (nor,
- * therefore, on how a step's columns are shared between threads). */
-LA_INLINE void row_tail_vec(float *s, const float *v, float *o, __mmask16 m, const int GATED,
-                            __m512 xa, __m512 xk, __m512 xq)
+/* n lanes (at most W) past the register columns of a row (s at element r,
+ * v and o at the first of them), each sum carried in o itself: the same
+ * operations in the same order as a register column, so a column's bits do
+ * not depend on where its sum is kept (nor, therefore, on how a step's
+ * columns are shared between threads). */
+LA_INLINE void row_tail_vec(void *s, int64_t r, const float *v, float *o, int64_t n,
+                            const int GATED, const int BF16, __m512 xa, __m512 xk, __m512 xq)
 {
-    const __m512 sv = update16(la_load(m, s), la_load(m, v), GATED, xa, xk);
-    la_store(s, m, sv);
+    const __mmask16 m = la_tail(n);
+    const __m512 sv = update16(vf_load_row(s, r, n, BF16), la_load(m, v), GATED, xa, xk);
+    vf_store_row(s, r, sv, n, BF16);
     la_store(o, m, _mm512_fmadd_ps(xq, sv, la_load(m, o)));
 }
 
-/* Columns [0, n) past the register ones of one row (s, v and o at the
- * first of them). */
-LA_INLINE void row_tail(float *s, const float *v, float *o, int64_t n, const int GATED,
-                        __m512 xa, __m512 xk, __m512 xq)
+/* Columns [0, n) past the register ones of one row (s at element r, v and
+ * o at the first of them). */
+LA_INLINE void row_tail(void *s, int64_t r, const float *v, float *o, int64_t n,
+                        const int GATED, const int BF16, __m512 xa, __m512 xk, __m512 xq)
 {
-    int64_t d = 0;
-    for (; d + W <= n; d += W)
-        row_tail_vec(s + d, v + d, o + d, (__mmask16)0xffff, GATED, xa, xk, xq);
-    if (d < n)
-        row_tail_vec(s + d, v + d, o + d, la_tail(n - d), GATED, xa, xk, xq);
+    for (int64_t d = 0; d < n; d += W)
+        row_tail_vec(s, r + d, v + d, o + d, n - d < W ? n - d : W, GATED, BF16, xa, xk, xq);
 }
 
-/* Rows [0, n) of S from srow (row stride ld), every column in registers
- * or, with TAIL, the nt columns past NV * W in o. */
-LA_INLINE void rows_full(float *srow, int64_t ld, int64_t n, const float *qa, const float *ka,
-                         const float *aa, const float *v, float *o, const __m512 *vv,
-                         __m512 *acc, const int NV, const int TAIL, int64_t nt, const int GATED)
+/* Rows [0, n) of S from element r of s (row stride ld), every column in
+ * registers or, with TAIL, the nt columns past NV * W in o. */
+LA_INLINE void rows_full(void *s, int64_t r, int64_t ld, int64_t n, const float *qa,
+                         const float *ka, const float *aa, const float *v, float *o,
+                         const __m512 *vv, __m512 *acc, const int NV, const int TAIL, int64_t nt,
+                         const int GATED, const int BF16, const void *next)
 {
-    for (int64_t c = 0; c < n; c++, srow += ld) {
+    const int64_t es = BF16 ? 2 : 4;
+    unsigned char *row = (unsigned char *)s + r * es;
+    for (int64_t c = 0; c < n; c++, row += ld * es) {
+        if (next) /* the next state's row, as this one */
+            state_fetch(next, r + c * ld, NV * W + nt, es);
         const __m512 xa = _mm512_set1_ps(aa[c]), xk = _mm512_set1_ps(ka[c]),
                      xq = _mm512_set1_ps(qa[c]);
-        row_regs(srow, v, vv, acc, NV, GATED, xa, xk, xq);
+        row_regs(row, 0, v, vv, acc, NV, GATED, BF16, xa, xk, xq);
         if (TAIL)
-            row_tail(srow + NV * W, v + NV * W, o + NV * W, nt, GATED, xa, xk, xq);
+            row_tail(row, NV * W, v + NV * W, o + NV * W, nt, GATED, BF16, xa, xk, xq);
     }
 }
 
@@ -809,12 +836,18 @@ LA_INLINE void rows_full(float *srow, int64_t ld, int64_t n, const float *qa, co
  * them sum in o, a load and a store more per vector, which costs 1.4x in L2
  * at dv = 512. Per vector otherwise: one load, two FMAs (three with a gate:
  * a s + k v) and one store. phi and the decays of up to SG channels are made
- * first, as independent vectors (the exp latencies overlap). */
+ * first, as independent vectors (the exp latencies overlap). BF16: the
+ * state is h->s_bf16 (additive.h). */
 LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, const float *v,
-                          const float *g, float *o, const int NV, const int TAIL)
+                          const float *g, float *o, const int NV, const int TAIL, const int BF16)
 {
     const int64_t dk = h->dk, dv = h->dv, ld = h->s_ld ? h->s_ld : dv, nt = dv - NV * W;
     const int full = dv >= NV * W, gated = h->gate != LA_GATE_NONE;
+    void *const s = BF16 ? (void *)h->s_bf16 : (void *)h->s;
+    /* A bfloat16 sweep, slower than memory, fetches the next state's rows
+     * as it goes (36 layers from memory on Zen 5, one thread, B = 1: 0.44
+     * -> 0.54 of the bound); a float32 one measured level or worse. */
+    const void *const next = BF16 ? h->s_next : NULL;
     __mmask16 mv[16];
     __m512 vv[8], acc[16];
     for (int j = 0; j < NV; j++) {
@@ -858,19 +891,20 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
             _mm512_store_ps(ka + c, kv);
             _mm512_store_ps(aa + c, av);
         }
-        float *srow = h->s + g0 * ld;
+        const int64_t r = g0 * ld;
         if (full && gated)
-            rows_full(srow, ld, gn, qa, ka, aa, v, o, vv, acc, NV, TAIL, nt, 1);
+            rows_full(s, r, ld, gn, qa, ka, aa, v, o, vv, acc, NV, TAIL, nt, 1, BF16, next);
         else if (full)
-            rows_full(srow, ld, gn, qa, ka, aa, v, o, vv, acc, NV, TAIL, nt, 0);
+            rows_full(s, r, ld, gn, qa, ka, aa, v, o, vv, acc, NV, TAIL, nt, 0, BF16, next);
         else if (NV <= 8) { /* dv < NV * W: no tail, v in registers */
-            for (int64_t c = 0; c < gn; c++, srow += ld) {
+            for (int64_t c = 0; c < gn; c++) {
                 const __m512 xa = _mm512_set1_ps(aa[c]), xk = _mm512_set1_ps(ka[c]),
                              xq = _mm512_set1_ps(qa[c]);
                 for (int j = 0; j < NV; j++) {
+                    const int64_t e = r + c * ld + j * W, n = min64(W, dv - j * W);
                     const __m512 sv =
-                        update16(la_load(mv[j], srow + j * W), vv[j % 8], gated, xa, xk);
-                    la_store(srow + j * W, mv[j], sv);
+                        update16(vf_load_row(s, e, n, BF16), vv[j % 8], gated, xa, xk);
+                    vf_store_row(s, e, sv, n, BF16);
                     acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
                 }
             }
@@ -886,21 +920,47 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
         }
 }
 
-static void token_avx512(const la_head *h, const float *q, const float *k, const float *v,
-                         const float *g, float *o)
+/* token_rows on a state of either type (BF16 a constant). */
+LA_INLINE void token_typed(const la_head *h, const float *q, const float *k, const float *v,
+                           const float *g, float *o, const int BF16)
 {
     const int64_t nv = (h->dv + W - 1) / W;
     if (nv <= 8) {
-#define RUN(n) token_rows(h, q, k, v, g, o, n, 0)
+#define RUN(n) token_rows(h, q, k, v, g, o, n, 0, BF16)
         LA_TILE_SWITCH(nv, 8, RUN);
 #undef RUN
     } else if (h->dv < 16 * W) { /* 8 vectors in registers below dv = 256, 16 from it */
-        token_rows(h, q, k, v, g, o, 8, 1);
+        token_rows(h, q, k, v, g, o, 8, 1, BF16);
     } else if (h->dv == 16 * W) {
-        token_rows(h, q, k, v, g, o, 16, 0);
+        token_rows(h, q, k, v, g, o, 16, 0, BF16);
     } else {
-        token_rows(h, q, k, v, g, o, 16, 1);
+        token_rows(h, q, k, v, g, o, 16, 1, BF16);
     }
+}
+
+/* One function per state type: inlined into one, the float32 sweep's
+ * registers were allocated worse (a v vector and two pointers reloaded per
+ * row: 8% slower in L2). */
+static __attribute__((noinline)) void token_f32(const la_head *h, const float *q, const float *k,
+                                                const float *v, const float *g, float *o)
+{
+    token_typed(h, q, k, v, g, o, 0);
+}
+
+static __attribute__((noinline)) void token_bf16(const la_head *h, const float *q,
+                                                 const float *k, const float *v, const float *g,
+                                                 float *o)
+{
+    token_typed(h, q, k, v, g, o, 1);
+}
+
+static void token_avx512(const la_head *h, const float *q, const float *k, const float *v,
+                         const float *g, float *o)
+{
+    if (h->s_bf16)
+        token_bf16(h, q, k, v, g, o);
+    else
+        token_f32(h, q, k, v, g, o);
 }
 
 

@@ -14,6 +14,7 @@
 
 #include "../table.h"
 #include "simd128.h"
+#include "../state_rows.h"
 
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -403,11 +404,14 @@ static void state_combine_neon(const la_head *h, const void *pack, int64_t n, fl
 enum { CB = 256 };
 
 /* State rows c0..c0+nc-1, columns d..d+w-1 of one token: each element is
- * decayed and updated once, s = fma(a, s, kh v), and read out into registers. */
+ * decayed and updated once, s = fma(a, s, kh v), and read out into registers
+ * (a bfloat16 state, h->s_bf16: widened as read, rounded as written, read
+ * out before the rounding). */
 INLINE void token_block(const la_head *h, const float *qh, const float *kh, const float *a,
                         int64_t c0, int64_t nc, const float *v, float *o, int first,
-                        float scale_o, int64_t d, int64_t w)
+                        float scale_o, int64_t d, int64_t w, const int BF16)
 {
+    void *const s = BF16 ? (void *)h->s_bf16 : (void *)h->s;
     const int nv = (int)((w + 3) / 4);
     float32x4_t vv[4], acc[4];
     for (int u = 0; u < 4; u++) {
@@ -415,11 +419,11 @@ INLINE void token_block(const la_head *h, const float *qh, const float *kh, cons
         acc[u] = first ? vdupq_n_f32(0.0f) : ldn(o + d + 4 * u, w - 4 * u);
     }
     for (int64_t c = 0; c < nc; c++) {
-        float *srow = h->s + (c0 + c) * (h->s_ld ? h->s_ld : h->dv) + d;
+        const int64_t r = (c0 + c) * (h->s_ld ? h->s_ld : h->dv) + d;
         for (int u = 0; u < nv; u++) {
-            float32x4_t sv = ldn(srow + 4 * u, w - 4 * u);
+            float32x4_t sv = vf_load_row(s, r + 4 * u, w - 4 * u, BF16);
             sv = vfmaq_n_f32(vmulq_n_f32(vv[u], kh[c]), sv, a[c]);
-            stn(srow + 4 * u, sv, w - 4 * u);
+            vf_store_row(s, r + 4 * u, sv, w - 4 * u, BF16);
             acc[u] = vfmaq_n_f32(acc[u], sv, qh[c]);
         }
     }
@@ -428,9 +432,10 @@ INLINE void token_block(const la_head *h, const float *qh, const float *kh, cons
 }
 
 /* One token of the recurrence, no allocation: per block of CB channels,
- * phi, decay and z in one loop, then one pass over those state rows. */
-static void token_neon(const la_head *h, const float *q, const float *k, const float *v,
-                       const float *g, float *o)
+ * phi, decay and z in one loop, then one pass over those state rows (BF16:
+ * h->s_bf16, additive.h). */
+INLINE void token_typed(const la_head *h, const float *q, const float *k, const float *v,
+                        const float *g, float *o, const int BF16)
 {
     const int64_t dk = h->dk, dv = h->dv;
     float qh[CB], kh[CB], a[CB];
@@ -469,10 +474,19 @@ static void token_neon(const la_head *h, const float *q, const float *k, const f
         const float scale_o = h->z && last ? 1.0f / (den + h->eps) : 1.0f;
         int64_t d = 0;
         for (; d + 16 <= dv; d += 16)
-            token_block(h, qh, kh, a, c0, nc, v, o, first, scale_o, d, 16);
+            token_block(h, qh, kh, a, c0, nc, v, o, first, scale_o, d, 16, BF16);
         if (d < dv)
-            token_block(h, qh, kh, a, c0, nc, v, o, first, scale_o, d, dv - d);
+            token_block(h, qh, kh, a, c0, nc, v, o, first, scale_o, d, dv - d, BF16);
     }
+}
+
+static void token_neon(const la_head *h, const float *q, const float *k, const float *v,
+                       const float *g, float *o)
+{
+    if (h->s_bf16)
+        token_typed(h, q, k, v, g, o, 1);
+    else
+        token_typed(h, q, k, v, g, o, 0);
 }
 
 

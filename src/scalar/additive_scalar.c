@@ -174,10 +174,12 @@ static void state_combine_scalar(const la_head *h, const void *pack, int64_t n, 
 }
 
 /* One token of the recurrence: each state row is decayed, updated and read
- * out in the same pass. */
+ * out in the same pass; a bfloat16 state (h->s_bf16) widened as read and
+ * rounded as written, o read out before the rounding. */
 static void token_scalar(const la_head *h, const float *q, const float *k, const float *v,
                          const float *g, float *o)
 {
+    uint16_t *const s16 = h->s_bf16;
     const int64_t dk = h->dk, dv = h->dv, ld = h->s_ld ? h->s_ld : dv;
     float den = 0.0f;
     memset(o, 0, (size_t)dv * sizeof(float));
@@ -189,10 +191,14 @@ static void token_scalar(const la_head *h, const float *q, const float *k, const
             a = decay_of(g[0]);
         else if (h->gate == LA_GATE_CHANNEL)
             a = decay_of(g[c]);
-        float *srow = h->s + c * ld;
         for (int64_t d = 0; d < dv; d++) {
-            srow[d] = fmaf(a, srow[d], kh * v[d]);
-            o[d] += qh * srow[d];
+            const int64_t e = c * ld + d;
+            const float x = fmaf(a, s16 ? la_bf16_to_f32(s16[e]) : h->s[e], kh * v[d]);
+            if (s16)
+                s16[e] = la_f32_to_bf16(x);
+            else
+                h->s[e] = x;
+            o[d] += qh * x;
         }
         if (h->z && h->zc) { /* compensated: z + zc carries the exact sum */
             const float y = fmaf(a, h->zc[c], kh), t = fmaf(a, h->z[c], y);

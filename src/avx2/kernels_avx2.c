@@ -762,10 +762,23 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
     const __m256 atok =
         h->gate == LA_GATE_TOKEN ? decay8(_mm256_set1_ps(g[0])) : _mm256_set1_ps(1.0f);
     __m256 den = _mm256_setzero_ps(), acc[8], vv[4];
+    /* A bfloat16 row's whole pairs of register vectors are held in pair
+     * order (state_rows.h: the even elements, then the odd ones): the v
+     * they meet is put in that order once per token (vr), and their sums
+     * go back to o in natural order (vf_store_paired). */
+#define PAIRED(x) (BF16 && ((x) | 1) < NR)
+    float vp[8 * 8] __attribute__((aligned(32)));
+    const float *vr = v;
+    if (BF16) {
+        for (int x = 0; x < NR; x++)
+            _mm256_store_ps(vp + 8 * x, PAIRED(x) ? vf_load_paired(v + 8 * (x & ~1), x & 1, 1)
+                                                  : _mm256_loadu_ps(v + 8 * x));
+        vr = vp;
+    }
     for (int x = 0; x < NR; x++) {
         acc[x] = _mm256_setzero_ps();
         if (NR <= 4)
-            vv[x % 4] = _mm256_loadu_ps(v + 8 * x);
+            vv[x % 4] = _mm256_loadu_ps(vr + 8 * x);
     }
     for (int64_t d = 8 * NR; d < dv; d += 8)
         store8(o + d, _mm256_setzero_ps(), dv - d);
@@ -800,13 +813,15 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
             __m256 held = _mm256_setzero_ps();
 #pragma GCC unroll 8 /* as row_regs in the avx512 table: acc[] stays in registers */
             for (int x = 0; x < NR; x++) { /* o += q s */
-                const __m256 vx = NR <= 4 ? vv[x % 4] : _mm256_loadu_ps(v + 8 * x);
-                const __m256 sv = update8(vf_load_row(s, r + 8 * x, 8, BF16), vx, GATED, a, kc);
+                const __m256 vx = NR <= 4 ? vv[x % 4] : _mm256_loadu_ps(vr + 8 * x);
+                const __m256 sx = PAIRED(x) ? vf_load_row_paired(s, r + 8 * (x & ~1), x & 1, 1)
+                                            : vf_load_row(s, r + 8 * x, 8, BF16);
+                const __m256 sv = update8(sx, vx, GATED, a, kc);
                 if (!BF16)
                     _mm256_storeu_ps((float *)s + r + 8 * x, sv);
-                else if (x % 2 == 1)
-                    vf_store_row2(s, r + 8 * (x - 1), held, sv, 1);
-                else if (x == NR - 1)
+                else if (PAIRED(x) && x % 2 == 1)
+                    vf_store_row_paired(s, r + 8 * (x - 1), held, sv, 1);
+                else if (!PAIRED(x))
                     vf_store_row(s, r + 8 * x, sv, 8, 1);
                 if (BF16)
                     held = sv;
@@ -816,8 +831,15 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
         }
     }
     const __m256 inv = _mm256_set1_ps(h->z ? 1.0f / (hsum8(den) + h->eps) : 1.0f);
-    for (int x = 0; x < NR; x++)
-        _mm256_storeu_ps(o + 8 * x, h->z ? _mm256_mul_ps(acc[x], inv) : acc[x]);
+    for (int x = 0; x < NR; x++) {
+        const __m256 y = h->z ? _mm256_mul_ps(acc[x], inv) : acc[x];
+        if (!PAIRED(x))
+            _mm256_storeu_ps(o + 8 * x, y);
+        else if (x % 2 == 1)
+            vf_store_paired(o + 8 * (x - 1), h->z ? _mm256_mul_ps(acc[x - 1], inv) : acc[x - 1],
+                            y, 1);
+    }
+#undef PAIRED
     if (h->z)
         for (int64_t d = 8 * NR; d < dv; d += 8)
             store8(o + d, _mm256_mul_ps(load8(o + d, dv - d), inv), dv - d);

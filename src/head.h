@@ -20,7 +20,9 @@ typedef struct la_head {
     const float *q, *k, *v, *g, *beta; /* beta: delta rule only */
     float *o;
     int64_t q_ts, k_ts, v_ts, g_ts, beta_ts, o_ts;
-    float *s; /* [dk][dv], in/out, never NULL (zeroed by the driver if the user gave none) */
+    /* [dk][dv], in/out, never NULL (zeroed by the driver if the user gave
+     * none) unless s_bf16 holds the state */
+    float *s;
     /* delta recurrent and the additive token op: when not NULL the state
      * is here instead (s unused), [dk][dv] bfloat16 (additive: row stride
      * s_ld), widened as read and rounded as written (once per token: the

@@ -1,7 +1,8 @@
 /* Private: n lanes of a state row that is float32 or bfloat16, written once
  * against an ISA vocabulary (include the vocabulary first). The delta
- * kernels read and write a bfloat16 state in place through these, and the
- * input stage's transposes move a V-first pool of either type. */
+ * kernels and the additive token ops read and write a bfloat16 state in
+ * place through these, and the input stage's transposes move a V-first
+ * pool of either type. */
 #ifndef LINATTN_STATE_ROWS_H
 #define LINATTN_STATE_ROWS_H
 

@@ -757,16 +757,6 @@ LA_INLINE void row_regs(void *s, int64_t r, const float *v, const __m512 *vv, __
                         const int NV, const int GATED, const int BF16, __m512 xa, __m512 xk,
                         __m512 xq)
 {
-    if (!BF16) {
-        float *row = (float *)s + r;
-        for (int j = 0; j < NV; j++) {
-            const __m512 vj = NV <= 8 ? vv[j % 8] : _mm512_loadu_ps(v + j * W);
-            const __m512 sv = update16(_mm512_loadu_ps(row + j * W), vj, GATED, xa, xk);
-            _mm512_storeu_ps(row + j * W, sv);
-            acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
-        }
-        return;
-    }
     __m512 held = _mm512_setzero_ps();
     /* unrolled by force: GCC 12 kept the bfloat16 row (its rounding's rare
      * fallback makes the body large) a loop with acc[] in memory, 5.1 us
@@ -774,12 +764,15 @@ LA_INLINE void row_regs(void *s, int64_t r, const float *v, const __m512 *vv, __
 #pragma GCC unroll 16
     for (int j = 0; j < NV; j++) {
         const __m512 vj = NV <= 8 ? vv[j % 8] : _mm512_loadu_ps(v + j * W);
-        const __m512 sv = update16(vf_load_row(s, r + j * W, W, 1), vj, GATED, xa, xk);
-        if (j % 2 == 1)
+        const __m512 sv = update16(vf_load_row(s, r + j * W, W, BF16), vj, GATED, xa, xk);
+        if (!BF16)
+            vf_store_row(s, r + j * W, sv, W, 0);
+        else if (j % 2 == 1)
             vf_store_row2(s, r + (j - 1) * W, held, sv, 1);
         else if (j == NV - 1)
             vf_store_row(s, r + j * W, sv, W, 1);
-        held = sv;
+        if (BF16)
+            held = sv;
         acc[j] = _mm512_fmadd_ps(xq, sv, acc[j]);
     }
 }

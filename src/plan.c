@@ -109,6 +109,17 @@ static inline void state_put(linattn_dtype t, void *p, int64_t e, float x)
         ((float *)p)[e] = x;
 }
 
+/* The normaliser z of head h in `slot` (with its compensation) into Wz,
+ * or zeros for slot < 0. */
+static void z_load(const la_serve *sv, int64_t slot, int64_t h, float *Wz)
+{
+    const size_t zd = (size_t)(sv->c.dk * (1 + sv->c.z_compensated)) * sizeof(float);
+    if (slot < 0)
+        memset(Wz, 0, zd);
+    else
+        memcpy(Wz, la_serve_z(sv, slot, h), zd);
+}
+
 /* Columns [j0, j0 + nj) of head h's state in `slot` into W (row stride dv),
  * or zeros for slot < 0; with Wz, z too. Once per unit and call (and per
  * snapshot). A K-first pool is copied row by row, a V-first one
@@ -118,13 +129,13 @@ static inline void state_put(linattn_dtype t, void *p, int64_t e, float x)
 static void state_load(const la_serve *sv, const la_stage_ops *st, int64_t slot, int64_t h,
                        int64_t j0, int64_t nj, float *W, float *Wz)
 {
-    const int64_t dk = sv->c.dk, dv = sv->c.dv, zd = dk * (1 + sv->c.z_compensated);
+    const int64_t dk = sv->c.dk, dv = sv->c.dv;
     const linattn_dtype t = sv->c.dt.s;
+    if (Wz)
+        z_load(sv, slot, h, Wz);
     if (slot < 0) {
         for (int64_t i = 0; i < dk; i++)
             memset(W + i * dv + j0, 0, (size_t)nj * sizeof(float));
-        if (Wz)
-            memset(Wz, 0, (size_t)zd * sizeof(float));
         return;
     }
     const void *src = la_serve_state(sv, slot, h);
@@ -141,8 +152,6 @@ static void state_load(const la_serve *sv, const la_stage_ops *st, int64_t slot,
             for (int64_t j = j0; j < j0 + nj; j++)
                 W[i * dv + j] = state_get(t, src, j * col + i * row);
     }
-    if (Wz)
-        memcpy(Wz, la_serve_z(sv, slot, h), (size_t)zd * sizeof(float));
 }
 
 static void state_store(const la_serve *sv, const la_stage_ops *st, int64_t slot, int64_t h,
@@ -315,13 +324,8 @@ static int run_additive_bf16_in_place(const linattn_plan *p, int64_t n, int64_t 
         return 0;
     const la_call *c = &sv->c;
     start_from_read_slot(sv, rd, wr, h, 0, c->dk, c->dv, c->dv);
-    if (z && rd != wr) {
-        const size_t zd = (size_t)(c->dk * (1 + c->z_compensated)) * sizeof(float);
-        if (rd < 0)
-            memset(z, 0, zd);
-        else
-            memcpy(z, la_serve_z(sv, rd, h), zd);
-    }
+    if (z && rd != wr)
+        z_load(sv, rd, h, z);
     la_additive_head_run_bf16(p->kern, &x, la_serve_state(sv, wr, h), next, kws);
     return 1;
 }

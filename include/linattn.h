@@ -62,6 +62,12 @@ LINATTN_API linattn_status linattn_set_isa(linattn_isa isa);
 LINATTN_API linattn_isa linattn_get_isa(void);
 /* "auto", "scalar", "avx2", "avx512", "neon"; "unknown" otherwise. */
 LINATTN_API const char *linattn_isa_name(linattn_isa isa);
+/* The machine whose measured tuning data (AUTO's algorithm, chunks, tiles)
+ * the tables use on this CPU, chosen once from its vendor, family and
+ * model: "zen4" (AMD Zen 1 to 4), "zen5" (AMD Zen 5 and later),
+ * "sapphire_rapids" (Intel with AVX-512), "other" (none of these). A
+ * table without an entry for it uses its first one. Never NULL. */
+LINATTN_API const char *linattn_tuning_name(void);
 
 typedef enum {
     LINATTN_PHI_ELU1 = 0, /* elu(x) + 1 */

@@ -53,6 +53,7 @@ def bench_once(args, kernel, shape, gate, chunk=None):
         if row.get("kernel") != kernel or row.get("baseline") or "tokens_per_s" not in row:
             continue
         got[row["isa"]] = (row["tokens_per_s"], row)
+        TUNING_SEEN.add(row.get("tuning", "?"))
     return got
 
 
@@ -146,9 +147,18 @@ def chunks(args, shapes):
     return bests
 
 
+# the library's key for this CPU, as every bench row names it ("tuning":
+# linattn_tuning_name), so that the script never repeats src/cpu.c
+TUNING_SEEN = set()
+
+
 def cpu_key():
-    """vendor, family, model from /proc/cpuinfo, and the la_uarch key
-    src/cpu.c gives such a CPU (keep the two in step)."""
+    """vendor, family, model from /proc/cpuinfo (for the entry's comment),
+    and the la_uarch key the library reported in the bench's rows."""
+    if len(TUNING_SEEN) != 1:
+        raise RuntimeError("the bench rows name %s tuning entries, not one (a build older "
+                           "than linattn_tuning_name?)" % (sorted(TUNING_SEEN) or "no"))
+    key = "LA_UARCH_" + next(iter(TUNING_SEEN)).upper()
     info = {}
     try:
         with open("/proc/cpuinfo") as f:
@@ -160,16 +170,6 @@ def cpu_key():
         pass
     vendor, family = info.get("vendor_id", "?"), int(info.get("cpu family", "0") or 0)
     model = info.get("model", "?")
-    flags = info.get("flags", "").split()
-    avx512 = all(f in flags for f in ("avx512f", "avx512vl", "avx512bw", "avx512dq"))
-    if vendor == "AuthenticAMD" and family >= 0x1a:
-        key = "LA_UARCH_ZEN5"
-    elif vendor == "AuthenticAMD" and family >= 0x17:
-        key = "LA_UARCH_ZEN4"
-    elif vendor == "GenuineIntel" and family == 6 and avx512:
-        key = "LA_UARCH_SAPPHIRE_RAPIDS"
-    else:
-        key = "LA_UARCH_OTHER"
     return "%s family %d model %s" % (vendor, family, model), key
 
 
@@ -260,7 +260,7 @@ def main():
             bests = chunks(args, shapes[:2])
         print()
         struct(won, bests, [s[3] for s in shapes])
-    except (OSError, subprocess.CalledProcessError) as e:
+    except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
         sys.exit("tune.py: running %s failed: %s" % (args.bench, e))
     return 0
 

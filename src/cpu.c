@@ -57,6 +57,17 @@ la_uarch la_uarch_of(const char *vendor, int family, int model, int avx512)
     return LA_UARCH_OTHER;
 }
 
+const char *la_uarch_name(la_uarch u)
+{
+    static const char *const names[LA_UARCH_COUNT] = {
+        [LA_UARCH_OTHER] = "other",
+        [LA_UARCH_ZEN4] = "zen4",
+        [LA_UARCH_ZEN5] = "zen5",
+        [LA_UARCH_SAPPHIRE_RAPIDS] = "sapphire_rapids",
+    };
+    return (unsigned)u < LA_UARCH_COUNT && names[u] ? names[u] : "unknown";
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpu_features/cpuinfo_x86.h>
 

@@ -193,3 +193,9 @@ const char *linattn_isa_name(linattn_isa isa)
 {
     return (unsigned)isa < ISA_LIMIT ? isa_names[isa] : "unknown";
 }
+
+const char *linattn_tuning_name(void)
+{
+    pthread_once(&once, init);
+    return la_uarch_name(uarch);
+}

@@ -12,12 +12,14 @@
 
 #include "gate.h"
 
-/* Machines entries were measured on; cpu.c maps a CPU to the nearest one. */
+/* Machines entries were measured on; cpu.c maps a CPU to the nearest one
+ * and names it (la_uarch_name, linattn_tuning_name). */
 typedef enum {
     LA_UARCH_OTHER,            /* none of these: each table's first entry */
     LA_UARCH_ZEN4,             /* AMD Zen, families 0x17-0x19 (measured: Zen 4) */
     LA_UARCH_ZEN5,             /* AMD family 0x1A and later (measured: Zen 5, model 2) */
     LA_UARCH_SAPPHIRE_RAPIDS,  /* Intel family 6 with AVX-512 (measured: model 207) */
+    LA_UARCH_COUNT
 } la_uarch;
 
 enum { LA_GATES = 3 };                   /* la_gate values */
@@ -136,5 +138,7 @@ static inline int64_t la_tuned_chunk(const int64_t chunk[2][LA_GATES], int64_t d
  * whether AVX-512 is usable; pure, so that tests can check it. */
 la_uarch la_cpu_uarch(void);
 la_uarch la_uarch_of(const char *vendor, int family, int model, int avx512);
+/* "other", "zen4", "zen5", "sapphire_rapids"; "unknown" outside the enum. */
+const char *la_uarch_name(la_uarch u);
 
 #endif

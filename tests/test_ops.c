@@ -1085,6 +1085,29 @@ START_TEST(tuning_entries)
 }
 END_TEST
 
+/* The key's names: one each, distinct, and the public name of this CPU's
+ * key; "unknown" outside the enum. The public call keeps the last error. */
+START_TEST(uarch_names)
+{
+    for (int u = 0; u < LA_UARCH_COUNT; u++) {
+        const char *name = la_uarch_name((la_uarch)u);
+        ck_assert_msg(strcmp(name, "unknown") != 0, "key %d has no name", u);
+        for (int w = 0; w < u; w++)
+            ck_assert_msg(strcmp(name, la_uarch_name((la_uarch)w)) != 0,
+                          "keys %d and %d are both named %s", w, u, name);
+    }
+    ck_assert_str_eq(la_uarch_name(LA_UARCH_COUNT), "unknown");
+    ck_assert_str_eq(la_uarch_name((la_uarch)-1), "unknown");
+    ck_assert_int_eq(linattn_step(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), LINATTN_E_NULL);
+    char before[256];
+    snprintf(before, sizeof before, "%s", linattn_last_error());
+    const char *here = linattn_tuning_name();
+    printf("tuning entries for: %s\n", here);
+    ck_assert_str_eq(here, la_uarch_name(la_cpu_uarch()));
+    ck_assert_str_eq(linattn_last_error(), before);
+}
+END_TEST
+
 /* cpu.c's key of CPUs named by their CPUID vendor, family and model: Zen 1
  * to 4 to Zen 4's entries, Zen 5 and later families to Zen 5's (with or
  * without AVX-512: a table with no entry of its own for it takes its first,
@@ -1215,6 +1238,7 @@ int main(void)
     tcase_add_test(tc, every_op_of_every_table);
     tcase_add_test(tc, tuning_entries);
     tcase_add_test(tc, uarch_of_known_cpus);
+    tcase_add_test(tc, uarch_names);
     tcase_add_test(tc, vfirst_any_split_same_bits);
     tcase_add_test(tc, token_any_split_same_bits);
     tcase_add_test(tc, any_outside_of_every_table);

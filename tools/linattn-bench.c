@@ -367,9 +367,10 @@ static void run_main(const bench_options *op, const isa_list *l)
         steps |= any_kernel(cs, n, BIT(K_STEP));
     }
     if (!op->json)
-        printf("linattn %s benchmark: active ISA %s (reference for \"x faster\"), %d thread%s%s; "
-               "dtype %s, state %s, act %s\n",
-               linattn_version(), linattn_isa_name(ref), op->threads, op->threads > 1 ? "s" : "",
+        printf("linattn %s benchmark: active ISA %s (reference for \"x faster\"), tuning %s, "
+               "%d thread%s%s; dtype %s, state %s, act %s\n",
+               linattn_version(), linattn_isa_name(ref), linattn_tuning_name(), op->threads,
+               op->threads > 1 ? "s" : "",
                op->quick ? ", --quick shapes" : "", bench_dtype_names[op->dtype],
                bench_dtype_names[op->state], op->act ? "on" : "off");
     print_references(op, l, baselines, steps);
@@ -400,8 +401,8 @@ static void run_decode(const bench_options *op, const isa_list *l)
     bench_options sop = *op;
     sop.kernels = BIT(K_STEP);
     if (!op->json)
-        printf("linattn %s decode: %lld tokens, %d thread%s\n", linattn_version(), (long long)n,
-               op->threads, op->threads > 1 ? "s" : "");
+        printf("linattn %s decode: %lld tokens, %d thread%s, tuning %s\n", linattn_version(),
+               (long long)n, op->threads, op->threads > 1 ? "s" : "", linattn_tuning_name());
     print_references(&sop, l, 0, 1);
     for (int f = 0; f < FAM_COUNT; f++) {
         bench_case cs[MAX_CASES];

@@ -143,12 +143,13 @@ static void run_family(const bench_options *op, linattn_isa isa, bench_family fa
     bench_use_isa(isa);
     if (!op->json) {
         const bench_shape s = bench_step_shape(&mop, fam);
-        printf("linattn %s whole-model decode (%s): %lld layers of %s, "
+        printf("linattn %s whole-model decode (%s, tuning %s): %lld layers of %s, "
                "H=%lld (%lld q/k heads) dk=%lld dv=%lld, one token per layer per pass\n"
                "bound: RMW s = s*a + b over all layers' states on the same threads, "
                "measured before each row;\n2-pass: per head's state a read-only pass, "
                "then the RMW pass (a K-first step's pattern without its arithmetic)\n",
-               linattn_version(), linattn_isa_name(isa), (long long)op->model,
+               linattn_version(), linattn_isa_name(isa), linattn_tuning_name(),
+               (long long)op->model,
                op->pool == POOL_KFIRST   ? "linattn_run on a K-first pool"
                : op->pool == POOL_VFIRST ? "linattn_run on a V-first pool"
                : fam == FAM_DELTA        ? "linattn_delta_step"

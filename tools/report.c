@@ -36,6 +36,7 @@ void bench_json(const bench_result *r)
     json_str("case", r->what);
     json_str("family", bench_family_names[r->family]);
     json_str("isa", r->isa);
+    json_str("tuning", linattn_tuning_name()); /* the machine's tuning entries */
     json_str("gate", bench_gate_names[r->gate]);
     json_str("phi", bench_phi_names[r->phi]);
     json_int("normalize", r->normalize);

@@ -182,6 +182,12 @@ def isa():
     return _ext.isa_name(_ext.get_isa())
 
 
+def tuning():
+    """The machine whose measured tuning data the kernels use on this CPU:
+    'zen4', 'zen5', 'sapphire_rapids' or 'other' (linattn_tuning_name)."""
+    return _ext.tuning_name()
+
+
 def set_isa(name):
     """Make a kernel table active for the whole process ('auto' = best)."""
     _ext.set_isa(_lookup(ISA, name, 'isa'))

@@ -1251,6 +1251,13 @@ static PyObject *get_isa(PyObject *self, PyObject *unused)
     return PyLong_FromLong((long)linattn_get_isa());
 }
 
+static PyObject *tuning_name(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(linattn_tuning_name());
+}
+
 static PyObject *set_isa(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -1384,6 +1391,7 @@ static PyMethodDef methods[] = {
      "Time n bare linattn_step calls."},
     {"isa_name", isa_name, METH_O, "Name of an ISA number."},
     {"get_isa", get_isa, METH_NOARGS, "The active ISA number."},
+    {"tuning_name", tuning_name, METH_NOARGS, "The machine whose tuning data is in use."},
     {"set_isa", set_isa, METH_O, "Make an ISA number active."},
     {"isa_available", isa_available, METH_O, "Whether an ISA number can run here."},
     {"version", version, METH_NOARGS, "The C library's version."},

@@ -1125,6 +1125,7 @@ def test_isa_selection():
     names = ['scalar', 'avx2', 'avx512', 'neon']
     best = linattn.isa()
     assert best in names
+    assert linattn.tuning() in ('zen4', 'zen5', 'sapphire_rapids', 'other')
     assert linattn.isa_available('scalar') and linattn.isa_available('auto')
     T = 30
     q, k, v = f32(B, H, T, K), f32(B, H, T, K), f32(B, H, T, V)

@@ -1175,7 +1175,8 @@ static void additive_bf16_step_case(int64_t dk, int64_t dv, linattn_gate gate, i
  * holding the widened values, rounded afterwards: o, z and every element
  * of the state. dk and dv below, at and past the vector widths and the
  * register tiles (avx512: 8 vectors below dv = 256 and 16 from it, the
- * columns past them summed in o; dk past one block of 256 channels), every
+ * columns past them summed in o; avx2: 8 vectors, then up to 32 pairs in
+ * pair order, then natural order; dk past one block of 256 channels), every
  * gate with strong decay, with and without the normaliser and its
  * compensation, contiguous and pooled states, 1 and 3 threads. */
 START_TEST(bf16_state_additive_step_same_bits)
@@ -1183,7 +1184,7 @@ START_TEST(bf16_state_additive_step_same_bits)
     static const int64_t shapes[][2] = {
         {1, 3},    {7, 8},    {16, 16},  {33, 37},  {1, 64},  {7, 130}, {16, 200}, {33, 272},
         {16, 3},   {33, 8},   {1, 16},   {7, 37},   {33, 64}, {1, 130}, {7, 200},  {16, 272},
-        {260, 37}, {257, 24}, {128, 128}};
+        {260, 37}, {257, 24}, {128, 128}, {5, 600}};
     static const linattn_gate gates[] = {LINATTN_GATE_NONE, LINATTN_GATE_TOKEN,
                                          LINATTN_GATE_CHANNEL};
     int n = 0;
@@ -1204,12 +1205,17 @@ END_TEST
  * its element (and makes that column's output NaN). The columns put the NaN
  * in either vector of a table's pair (state_rows.h: avx2 holds even and odd
  * elements), and past the pairs in a last vector of 5 lanes, so that the
- * rounding's NaN path is taken in each place. */
+ * rounding's NaN path is taken in each place; dv = 85 also puts it in the
+ * pairs past avx2's register columns (64) and in the vector after them. */
 START_TEST(bf16_state_nan_stays_in_its_column)
 {
-    enum { DK = 7, DV = 37, I0 = 3 };
-    static const int nan_columns[] = {2, 13, 20, 33};
-    for (int delta = 0; delta <= 1; delta++) {
+    enum { DK = 7, DVMAX = 85, I0 = 3 };
+    static const struct {
+        int dv, nan_columns[4];
+    } cases[] = {{37, {2, 13, 20, 33}}, {85, {2, 66, 73, 81}}};
+    for (int run = 0; run < 4; run++) {
+        const int delta = run % 2, DV = cases[run / 2].dv;
+        const int *const nan_columns = cases[run / 2].nan_columns;
         const linattn_op op = delta ? LINATTN_OP_DELTA_STEP : LINATTN_OP_STEP;
         linattn_config cfg;
         linattn_config_init_step(&cfg, 1, 1, DK, DV);
@@ -1218,8 +1224,8 @@ START_TEST(bf16_state_nan_stays_in_its_column)
         cfg.qk_l2norm = delta;
         cfg.dtype.s = LINATTN_BF16;
         linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
-        float q[DK], k[DK], v[DV], g = -0.3f, beta = 0.7f, o_ref[DV], o_nan[DV];
-        uint16_t s0[DK * DV], s_ref[DK * DV], s_nan[DK * DV];
+        float q[DK], k[DK], v[DVMAX], g = -0.3f, beta = 0.7f, o_ref[DVMAX], o_nan[DVMAX];
+        uint16_t s0[DK * DVMAX], s_ref[DK * DVMAX], s_nan[DK * DVMAX];
         for (int i = 0; i < DK; i++)
             q[i] = rand_uniform(-1, 1), k[i] = rand_uniform(-1, 1);
         for (int j = 0; j < DV; j++)
@@ -1229,12 +1235,12 @@ START_TEST(bf16_state_nan_stays_in_its_column)
         linattn_operands a;
         linattn_operands_init(&a);
         a.q = q, a.k = k, a.v = v, a.g = &g, a.beta = delta ? &beta : NULL;
-        memcpy(s_ref, s0, sizeof s0);
+        memcpy(s_ref, s0, (size_t)(DK * DV) * sizeof *s0);
         a.o = o_ref, a.s = s_ref;
         ck_assert_int_eq(linattn_run(op, &cfg, &a), LINATTN_OK);
-        for (size_t n = 0; n < sizeof nan_columns / sizeof nan_columns[0]; n++) {
+        for (size_t n = 0; n < 4; n++) {
             const int j0 = nan_columns[n];
-            memcpy(s_nan, s0, sizeof s0);
+            memcpy(s_nan, s0, (size_t)(DK * DV) * sizeof *s0);
             s_nan[I0 * DV + j0] = (uint16_t)(n & 1 ? 0xffc1u : 0x7fa5u); /* signalling, quiet */
             a.o = o_nan, a.s = s_nan;
             ck_assert_int_eq(linattn_run(op, &cfg, &a), LINATTN_OK);

@@ -40,7 +40,11 @@ enum {
     PR = 64,  /* chunk panel: rows, and columns of a score strip, on the stack */
     QB = 256, /* channels of a stack-buffered q block */
     TB = 64,  /* tokens of a stack-buffered k block (noncausal_state) */
-    CB = 32   /* channels whose phi/decay the step computes at once */
+    CB = 32,  /* channels whose phi/decay the step computes at once */
+    /* whole pairs of vectors past a bfloat16 row's register columns that
+     * the step holds in pair order (their v copied into a stack buffer):
+     * rows up to 64 + 512 columns; the rest in natural order */
+    TAIL_PAIRS = 32
 };
 
 static float dot_avx2(const float *x, const float *y, int64_t n)
@@ -741,6 +745,35 @@ LA_INLINE void token_row_tail(void *s, int64_t r, const float *v, float *o, int6
     }
 }
 
+/* np pairs of v's vectors in pair order into vt. Out of line: inlined,
+ * GCC 12 could not tell that token_row_tail_paired reads no more of vt
+ * than this writes (-Wmaybe-uninitialized); one call per token. */
+static __attribute__((noinline)) void pair_v_tail(float *vt, const float *v, int64_t np)
+{
+    for (int64_t p = 0; p < np; p++) {
+        _mm256_store_ps(vt + 16 * p, vf_load_paired(v + 16 * p, 0, 1));
+        _mm256_store_ps(vt + 16 * p + 8, vf_load_paired(v + 16 * p, 1, 1));
+    }
+}
+
+/* The first np whole pairs of vectors from column d0 of a bfloat16 row,
+ * in pair order: vt holds their v and o their sums in that order (the
+ * caller puts v in it and o back); otherwise as token_row_tail. */
+LA_INLINE void token_row_tail_paired(void *s, int64_t r, const float *vt, float *o, int64_t d0,
+                                     int64_t np, const int GATED, __m256 a, __m256 k, __m256 q)
+{
+    for (int64_t p = 0; p < np; p++) {
+        const int64_t d = d0 + 16 * p;
+        const __m256 s0 = update8(vf_load_row_paired(s, r + d, 0, 1),
+                                  _mm256_load_ps(vt + 16 * p), GATED, a, k);
+        const __m256 s1 = update8(vf_load_row_paired(s, r + d, 1, 1),
+                                  _mm256_load_ps(vt + 16 * p + 8), GATED, a, k);
+        vf_store_row_paired(s, r + d, s0, s1, 1);
+        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(q, s0, _mm256_loadu_ps(o + d)));
+        _mm256_storeu_ps(o + d + 8, _mm256_fmadd_ps(q, s1, _mm256_loadu_ps(o + d + 8)));
+    }
+}
+
 /* One token. The rows of S are swept in order, each read and written
  * whole: whole rows stream from L3 and memory at the prefetchers' pace,
  * where a sweep per slab of 32 columns (rows read in pieces dv floats
@@ -750,7 +783,9 @@ LA_INLINE void token_row_tail(void *s, int64_t r, const float *v, float *o, int6
  * and L2 that costs 1.1-1.15x against the slabs. phi and the decays of CB
  * channels are made first, as independent vectors. BF16: the state is
  * h->s_bf16 (additive.h), widened as read and rounded as written, two
- * vectors to a store, the sums reading the float before the rounding. */
+ * vectors to a store, the sums reading the float before the rounding; its
+ * whole pairs of vectors go in pair order (the register ones, then up to
+ * TAIL_PAIRS past them). */
 LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, const float *v,
                           const float *g, float *o, const int NR, const int GATED, const int BF16)
 {
@@ -775,6 +810,15 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
                                                   : _mm256_loadu_ps(v + 8 * x));
         vr = vp;
     }
+    /* past the register columns: tail_pairs pairs with v in vt, o summed
+     * in pair order and put back at the end */
+    const int64_t tail0 = 8 * NR;
+    const int64_t tail_pairs =
+        !BF16 ? 0 : (dv - tail0) / 16 < TAIL_PAIRS ? (dv - tail0) / 16 : TAIL_PAIRS;
+    const int64_t rest0 = tail0 + 16 * tail_pairs;
+    float vt[16 * TAIL_PAIRS] __attribute__((aligned(32)));
+    if (tail_pairs > 0)
+        pair_v_tail(vt, v + tail0, tail_pairs);
     for (int x = 0; x < NR; x++) {
         acc[x] = _mm256_setzero_ps();
         if (NR <= 4)
@@ -827,7 +871,9 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
                     held = sv;
                 acc[x] = _mm256_fmadd_ps(qc, sv, acc[x]);
             }
-            token_row_tail(s, r, v, o, 8 * NR, dv, GATED, BF16, a, kc, qc);
+            if (BF16)
+                token_row_tail_paired(s, r, vt, o, tail0, tail_pairs, GATED, a, kc, qc);
+            token_row_tail(s, r, v, o, rest0, dv, GATED, BF16, a, kc, qc);
         }
     }
     const __m256 inv = _mm256_set1_ps(h->z ? 1.0f / (hsum8(den) + h->eps) : 1.0f);
@@ -840,8 +886,13 @@ LA_INLINE void token_rows(const la_head *h, const float *q, const float *k, cons
                             y, 1);
     }
 #undef PAIRED
+    for (int64_t d = tail0; d < rest0; d += 16) {
+        const __m256 y0 = _mm256_loadu_ps(o + d), y1 = _mm256_loadu_ps(o + d + 8);
+        vf_store_paired(o + d, h->z ? _mm256_mul_ps(y0, inv) : y0,
+                        h->z ? _mm256_mul_ps(y1, inv) : y1, 1);
+    }
     if (h->z)
-        for (int64_t d = 8 * NR; d < dv; d += 8)
+        for (int64_t d = rest0; d < dv; d += 8)
             store8(o + d, _mm256_mul_ps(load8(o + d, dv - d), inv), dv - d);
 }
 
@@ -857,19 +908,37 @@ LA_INLINE void token_nr(const la_head *h, const float *q, const float *k, const 
 #undef RUN
 }
 
-static void token_avx2(const la_head *h, const float *q, const float *k, const float *v,
-                       const float *g, float *o)
+/* One function per state type (as in the avx512 table): inlined into one
+ * frame, the float32 step ran 8-10% slower in L2 once the bfloat16 one had
+ * its buffer of paired v (Zen 5, forced avx2). */
+static __attribute__((noinline)) void token_f32(const la_head *h, const float *q, const float *k,
+                                                const float *v, const float *g, float *o)
 {
     const int nr = h->dv / 8 < 8 ? (int)(h->dv / 8) : 8; /* whole vectors in registers */
-    const int gated = h->gate != LA_GATE_NONE;
-    if (h->s_bf16 && gated)
-        token_nr(h, q, k, v, g, o, nr, 1, 1);
-    else if (h->s_bf16)
-        token_nr(h, q, k, v, g, o, nr, 0, 1);
-    else if (gated)
+    if (h->gate != LA_GATE_NONE)
         token_nr(h, q, k, v, g, o, nr, 1, 0);
     else
         token_nr(h, q, k, v, g, o, nr, 0, 0);
+}
+
+static __attribute__((noinline)) void token_bf16(const la_head *h, const float *q,
+                                                 const float *k, const float *v, const float *g,
+                                                 float *o)
+{
+    const int nr = h->dv / 8 < 8 ? (int)(h->dv / 8) : 8;
+    if (h->gate != LA_GATE_NONE)
+        token_nr(h, q, k, v, g, o, nr, 1, 1);
+    else
+        token_nr(h, q, k, v, g, o, nr, 0, 1);
+}
+
+static void token_avx2(const la_head *h, const float *q, const float *k, const float *v,
+                       const float *g, float *o)
+{
+    if (h->s_bf16)
+        token_bf16(h, q, k, v, g, o);
+    else
+        token_f32(h, q, k, v, g, o);
 }
 
 

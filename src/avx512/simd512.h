@@ -280,10 +280,32 @@ LA_INLINE __m512i la_round_bf16_lanes(la_vf x)
     const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     return _mm512_mask_mov_epi32(r, nan, qnan);
 }
-LA_INLINE __m256i la_round_bf16(la_vf x) { return _mm512_cvtepi32_epi16(la_round_bf16_lanes(x)); }
+/* The same for a lane that is not NaN, in its high 16 bits (the low ones
+ * are left over): no final shift, no NaN blend. */
+LA_INLINE __m512i la_round_bf16_numbers_high(la_vf x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+}
+/* The NaN blend only for a vector (or pair) that holds a NaN, as avx2
+ * does: a state holds none unless its input did. */
+LA_INLINE __m256i la_round_bf16(la_vf x)
+{
+    if (__builtin_expect(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) == 0, 1))
+        return _mm512_cvtepi32_epi16(_mm512_srli_epi32(la_round_bf16_numbers_high(x), 16));
+    return _mm512_cvtepi32_epi16(la_round_bf16_lanes(x));
+}
 /* lo then hi rounded, one 64-byte store */
 LA_INLINE __m512i la_round2_bf16(la_vf lo, la_vf hi)
 {
+    if (__builtin_expect(_mm512_cmp_ps_mask(lo, hi, _CMP_UNORD_Q) == 0, 1)) {
+        const __m512i odd_words = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41,
+                                                   39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19, 17,
+                                                   15, 13, 11, 9, 7, 5, 3, 1);
+        return _mm512_permutex2var_epi16(la_round_bf16_numbers_high(lo), odd_words,
+                                         la_round_bf16_numbers_high(hi));
+    }
     const __m512i even_words = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38,
                                                 36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12,
                                                 10, 8, 6, 4, 2, 0);

@@ -908,28 +908,31 @@ LA_INLINE void token_nr(const la_head *h, const float *q, const float *k, const 
 #undef RUN
 }
 
+/* The token op on a state of either type (BF16 a constant). */
+LA_INLINE void token_typed(const la_head *h, const float *q, const float *k, const float *v,
+                           const float *g, float *o, const int BF16)
+{
+    const int nr = h->dv / 8 < 8 ? (int)(h->dv / 8) : 8; /* whole vectors in registers */
+    if (h->gate != LA_GATE_NONE)
+        token_nr(h, q, k, v, g, o, nr, 1, BF16);
+    else
+        token_nr(h, q, k, v, g, o, nr, 0, BF16);
+}
+
 /* One function per state type (as in the avx512 table): inlined into one
  * frame, the float32 step ran 8-10% slower in L2 once the bfloat16 one had
  * its buffer of paired v (Zen 5, forced avx2). */
 static __attribute__((noinline)) void token_f32(const la_head *h, const float *q, const float *k,
                                                 const float *v, const float *g, float *o)
 {
-    const int nr = h->dv / 8 < 8 ? (int)(h->dv / 8) : 8; /* whole vectors in registers */
-    if (h->gate != LA_GATE_NONE)
-        token_nr(h, q, k, v, g, o, nr, 1, 0);
-    else
-        token_nr(h, q, k, v, g, o, nr, 0, 0);
+    token_typed(h, q, k, v, g, o, 0);
 }
 
 static __attribute__((noinline)) void token_bf16(const la_head *h, const float *q,
                                                  const float *k, const float *v, const float *g,
                                                  float *o)
 {
-    const int nr = h->dv / 8 < 8 ? (int)(h->dv / 8) : 8;
-    if (h->gate != LA_GATE_NONE)
-        token_nr(h, q, k, v, g, o, nr, 1, 1);
-    else
-        token_nr(h, q, k, v, g, o, nr, 0, 1);
+    token_typed(h, q, k, v, g, o, 1);
 }
 
 static void token_avx2(const la_head *h, const float *q, const float *k, const float *v,

@@ -268,28 +268,26 @@ LA_INLINE la_vf vf_widen_bf16(const uint16_t *p)
     const __m512i w = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, to_top, w));
 }
-/* Round to nearest even; NaN stays a quiet NaN (la_f32_to_bf16 in half.h):
- * each lane's bfloat16 in its low 16 bits. */
-LA_INLINE __m512i la_round_bf16_lanes(la_vf x)
-{
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    const __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    return _mm512_mask_mov_epi32(r, nan, qnan);
-}
-/* The same for a lane that is not NaN, in its high 16 bits (the low ones
- * are left over): no final shift, no NaN blend. */
+/* Round to nearest even (la_f32_to_bf16 in half.h) a lane that is not
+ * NaN: its bfloat16 in its high 16 bits (the low ones are left over). */
 LA_INLINE __m512i la_round_bf16_numbers_high(la_vf x)
 {
     const __m512i u = _mm512_castps_si512(x);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
 }
+/* The same for any lane, NaN staying a quiet NaN: each lane's bfloat16 in
+ * its low 16 bits. */
+LA_INLINE __m512i la_round_bf16_lanes(la_vf x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i r = _mm512_srli_epi32(la_round_bf16_numbers_high(x), 16);
+    const __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    return _mm512_mask_mov_epi32(r, nan, qnan);
+}
 /* The NaN blend only for a vector (or pair) that holds a NaN, as avx2
- * does: a state holds none unless its input did. */
+ * does: a state holds none unless its input did. Both paths round alike. */
 LA_INLINE __m256i la_round_bf16(la_vf x)
 {
     if (__builtin_expect(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) == 0, 1))

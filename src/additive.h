@@ -112,6 +112,13 @@ typedef struct la_additive_ops {
      * the same token on a float copy of the state, rounded afterwards. */
     void (*token)(const la_head *h, const float *q, const float *k, const float *v,
                   const float *g, float *o);
+    /* The same token on a V-first state (additive_kernels.h): value column
+     * j is the dk elements at j * h->s_vld of h->s (or h->s_bf16), so a
+     * V-first pool's step works where the state lies. The state gets the
+     * avx512 token op's bits; o sums along the key axis (the same maths,
+     * other rounding). Every table has it (the generic kernel). */
+    void (*token_vfirst)(const la_head *h, const float *q, const float *k, const float *v,
+                         const float *g, float *o);
     /* The non-causal forward (gate NONE) in two passes over blocks of
      * tokens, so that the input stage makes the rows of one block at a
      * time: noncausal_state adds the h->T tokens of h to the state

@@ -169,13 +169,22 @@ static void fold_compensation(la_head *h)
 
 /* The token loop of steps and short AUTO calls on the value columns
  * [j0, j0 + nj), each token through the stage (buf: its panels for one
- * token). A share of the columns is a view of them (la_head.s_ld). */
+ * token). A share of the columns is a view of them (la_head.s_ld); a
+ * V-first state (la_head.s_vld) is one unit of all of them. */
 static void run_tokens(const la_kernels *kern, const la_head *h, const la_source *src, void *buf,
                        int64_t j0, int64_t nj)
 {
     int64_t a;
     for (int64_t t = 0; t < h->T; t++) {
         const la_head x = view_of(kern->stage, h, src, t, 1, buf, &a);
+        if (x.s_vld) {
+            kern->additive->token_vfirst(&x, x.q + a * x.q_ts, x.k + a * x.k_ts,
+                                         x.v + a * x.v_ts,
+                                         x.gate == LA_GATE_NONE ? NULL : x.g + a * x.g_ts,
+                                         x.o + a * x.o_ts);
+            la_stage_out(kern->stage, src, t, 1, &x, 0, x.dv);
+            continue;
+        }
         la_head cols = x;
         cols.dv = nj, cols.s_ld = h->dv;
         if (x.s_bf16)
@@ -253,7 +262,8 @@ typedef struct {
     head_ws w;
     unsigned char *ws;     /* w.total bytes per thread */
     int64_t width, pieces; /* the token loop's columns per unit, units per head */
-    int bf16_state;        /* c->s is bfloat16, K-first (la_additive_head_run_bf16) */
+    int bf16_state;        /* c->s is bfloat16 (la_additive_head_run_bf16, _vfirst) */
+    int64_t s_vld;         /* c->s is V-first, columns this far apart (0: K-first) */
     const void *next;      /* la_head.s_next of the token op */
 } head_job;
 
@@ -276,6 +286,7 @@ static void run_head(const head_job *j, int64_t u, int tid)
     la_head h = head_base(j->c);
     h.chunk = j->chunk;
     bind(&h, j->c, i, mine, &j->w, j->bf16_state);
+    h.s_vld = j->s_vld;
     h.s_next = j->next;
     la_stage_reset(buf);
     if (!j->c->causal || j->chunked)
@@ -676,6 +687,13 @@ void la_additive_head_run(const la_kernels *kern, const la_call *c, void *ws)
     run_head(&j, 0, 0);
 }
 
+/* Whether a call runs the token loop (steps and short AUTO calls), which
+ * may then work on a V-first state where it lies (la_additive_head_run_vfirst). */
+int la_additive_head_token_loop(const la_kernels *kern, const la_call *c)
+{
+    return c->T >= 1 && c->causal && !head_recurrent(kern, c) && !head_job_for(kern, c).chunked;
+}
+
 /* A one-token call that runs the token loop, whose bfloat16 K-first state
  * (rows of dv elements) may then be worked on in place: the token op
  * widens each element as it reads it and rounds it once as it writes it,
@@ -684,7 +702,20 @@ void la_additive_head_run(const la_kernels *kern, const la_call *c, void *ws)
  * step reads and writes 2 bytes per element, once. */
 int la_additive_head_bf16_in_place(const la_kernels *kern, const la_call *c)
 {
-    return c->T == 1 && c->causal && !head_recurrent(kern, c) && !head_job_for(kern, c).chunked;
+    return c->T == 1 && la_additive_head_token_loop(kern, c);
+}
+
+void la_additive_head_run_vfirst(const la_kernels *kern, const la_call *c, void *s, int bf16,
+                                 int64_t ld, const void *next, void *ws)
+{
+    la_call x = *c;
+    x.s = s;
+    head_job j = head_job_for(kern, &x);
+    j.bf16_state = bf16;
+    j.s_vld = ld;
+    j.next = next;
+    j.ws = ws;
+    run_head(&j, 0, 0);
 }
 
 void la_additive_head_run_bf16(const la_kernels *kern, const la_call *c, uint16_t *s,

@@ -36,8 +36,9 @@ typedef struct la_head {
      * columns [j0, j0 + dv) of a wider state (a step split over threads)
      * sees s at column j0, v and o at j0, and the state's width here */
     int64_t s_ld;
-    /* delta recurrent_vfirst only: s is V-first, value column j is the dk
-     * floats at s + j * s_vld (a state pool's layout in vLLM, sglang, ggml) */
+    /* delta recurrent_vfirst and the additive token_vfirst: s (or s_bf16)
+     * is V-first, value column j is the dk elements at s + j * s_vld (a
+     * state pool's layout in vLLM, sglang, ggml) */
     int64_t s_vld;
     /* delta recurrent_vfirst only: where the state before the call is (the
      * same layout and type as s or s_bf16, a different slot), or NULL: s
@@ -50,7 +51,7 @@ typedef struct la_head {
      * that plus the table's la_delta_ops.pack_pad apart) */
     int s_packed;
     int64_t pack_tile;
-    /* delta recurrent, and the additive token op on a bfloat16 state: the
+    /* delta recurrent, and the additive token ops (bfloat16, or V-first): the
      * state the caller works on next, laid out as this one and of its
      * type (float, or bfloat16 as s_bf16), or NULL. A one-token tile's
      * passes fetch rows into L2 while they work on this state, so that

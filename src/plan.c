@@ -330,6 +330,31 @@ static int run_additive_bf16_in_place(const linattn_plan *p, int64_t n, int64_t 
     return 1;
 }
 
+/* An additive unit on a V-first pool in place, through the token loop's
+ * V-first op (la_additive_ops.token_vfirst): float calls of up to
+ * VFIRST_MAX_T tokens, bfloat16 one-token calls (rounded once per token,
+ * as the K-first bfloat16 step), where a transpose into the float copy and
+ * back read and wrote the state once more (vLLM keeps Mamba-2's SSM state
+ * V-first). The write slot starts as the read slot's state (or zeros),
+ * as in place on a K-first pool. 1 when done, 0 when the call does not run
+ * the token loop (nothing touched). */
+static int run_additive_vfirst(const linattn_plan *p, int64_t n, int64_t h, int64_t rd,
+                               int64_t wr, int64_t len, const void *next, void *kws)
+{
+    const la_serve *sv = &p->sv;
+    const la_call *c = &sv->c;
+    float *z = la_serve_z(sv, wr, h);
+    la_call x = head_call(sv, n, h, 0, len, NULL, z);
+    if (!la_additive_head_token_loop(p->kern, &x))
+        return 0;
+    start_from_read_slot(sv, rd, wr, h, 0, c->dv, sv->s_col, c->dk);
+    if (z && rd != wr)
+        z_load(sv, rd, h, z);
+    la_additive_head_run_vfirst(p->kern, &x, la_serve_state(sv, wr, h), c->dt.s == LINATTN_BF16,
+                                sv->s_col, next, kws);
+    return 1;
+}
+
 /* A delta unit whose call runs on the kernels' packed copy of its columns
  * (la_delta_head_packs): the copy is filled straight from the read slot (or
  * zeros) and written straight to the write slot, whichever of the rows or
@@ -421,6 +446,11 @@ static void run_unit(const linattn_plan *p, int64_t u, int64_t next_u, unsigned 
     if (c->dt.s == LINATTN_BF16 && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_ADDITIVE &&
         len == 1 && sv->s_col == 1 && sv->s_row == c->dv && (Wz == NULL || sv->z != NULL) &&
         run_additive_bf16_in_place(p, n, h, rd, wr, len, unit_read_state(p, next_u), kws))
+        return;
+    if (wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_ADDITIVE && sv->s_row == 1 &&
+        sv->s_col >= c->dk && (f32 ? len <= VFIRST_MAX_T : len == 1) &&
+        (Wz == NULL || sv->z != NULL) &&
+        run_additive_vfirst(p, n, h, rd, wr, len, unit_read_state(p, next_u), kws))
         return;
     if (sv->K == 0 && c->family == LA_FAMILY_DELTA && (sv->s_col == 1 || sv->s_row == 1) &&
         run_packed(p, n, h, rd, wr, len, j0, nj, kws))

@@ -102,6 +102,13 @@ void la_additive_head_run(const struct la_kernels *kern, const la_call *c, void 
 int la_additive_head_bf16_in_place(const struct la_kernels *kern, const la_call *c);
 void la_additive_head_run_bf16(const struct la_kernels *kern, const la_call *c, uint16_t *s,
                                const uint16_t *next, void *ws);
+/* A call that runs the token loop (la_additive_head_token_loop) on a
+ * V-first state s (float, or bfloat16: one token at a time, rounded once
+ * per token), value column j at j * ld, in place; next: the V-first state
+ * the calling thread works on after this one, laid out as s, or NULL. */
+int la_additive_head_token_loop(const struct la_kernels *kern, const la_call *c);
+void la_additive_head_run_vfirst(const struct la_kernels *kern, const la_call *c, void *s,
+                                 int bf16, int64_t ld, const void *next, void *ws);
 int64_t la_delta_unit_columns(const struct la_kernels *kern, const la_call *c);
 size_t la_delta_head_bytes(const struct la_kernels *kern, const la_call *c, int64_t nj,
                            int moved);

@@ -1034,6 +1034,135 @@ START_TEST(token_any_split_same_bits)
 }
 END_TEST
 
+/* The additive token op of each table on a V-first state (token_vfirst:
+ * value column j at j * ld, ld = dk + 3, the padding marked) against the
+ * same table's K-first token op over T = 3 tokens carrying the state (one
+ * for a bfloat16 state where the bits may differ: see below): o
+ * and z to rounding (o sums along the key axis), the state to rounding,
+ * and on avx512 (whose K-first op decays and updates each element the same
+ * way) bit for bit; the padding kept, every row ending at a guard page.
+ * Float and bfloat16 states; dk below, at and above a vector and the op's
+ * panel of 256 keys; dv below and above its group of 4 columns; with and
+ * without a normaliser (compensated or not). */
+START_TEST(token_vfirst_matches_token)
+{
+    static const int64_t dks[] = {1, 5, 16, 17, 45, 64, 300}, dvs[] = {1, 3, 4, 7, 37};
+    for (int r = 0; r < nruns; r++) {
+        const la_table *t = runs[r].t;
+        if (!t->additive)
+            continue;
+        const int same_bits = strncmp(t->name, "avx512", 6) == 0;
+        long cases = 0;
+        for (size_t id = 0; id < sizeof dks / sizeof dks[0]; id++)
+            for (size_t iv = 0; iv < sizeof dvs / sizeof dvs[0]; iv++)
+                for (int variant = 0; variant < 6; variant++) {
+                    const int gate = variant % 3, bf16 = variant >= 3;
+                    const int norm = (int)((id + iv + (size_t)variant) % 3); /* 2: compensated */
+                    /* a bfloat16 element whose float differs in its last bit may
+                     * round the other way, and the next token's o then differs by
+                     * more than rounding: one token where the bits may differ */
+                    const int64_t T = bf16 && !same_bits ? 1 : 3;
+                    const int64_t dk = dks[id], dv = dvs[iv], ld = dk + 3;
+                    const size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
+                    const linattn_phi phi = (linattn_phi)((id + iv) % 3);
+                    /* identity features with a normaliser: q, k >= 0, so that the
+                     * denominator cannot cancel (an ill-posed comparison) */
+                    const float lo = norm && phi == LINATTN_PHI_IDENTITY ? 0.0f : -1.0f;
+                    arena mem = {0};
+                    add_case c = {.dk = dk, .dv = dv, .n = T, .T = T, .chunk = 1,
+                                  .gate = (la_gate)gate, .phi = phi, .norm = norm != 0,
+                                  .q_ts = dk, .k_ts = dk, .v_ts = dv, .o_ts = dv,
+                                  .g_ts = gate == LA_GATE_CHANNEL ? dk : 1};
+                    c.q = filled(&mem, (size_t)(T * dk), lo, 1);
+                    c.k = filled(&mem, (size_t)(T * dk), lo, 1);
+                    c.v = filled(&mem, (size_t)(T * dv), -1, 1);
+                    c.g = filled(&mem, (size_t)(T * dk), -1, 0);
+                    const float *s0 = filled(&mem, (size_t)(dk * dv), -1, 1);
+                    const float *z0 = filled(&mem, (size_t)dk, 0, 1);
+                    float *ok = guarded(&mem, (size_t)(T * dv), 0);
+                    float *ov = guarded(&mem, (size_t)(T * dv), 0);
+                    float *zk = guarded(&mem, (size_t)dk, 0), *zv = guarded(&mem, (size_t)dk, 0);
+                    float *zck = guarded(&mem, (size_t)dk, 0);
+                    float *zcv = guarded(&mem, (size_t)dk, 0);
+                    unsigned char *sk = guarded_end(&mem, (size_t)(dk * dv) * es);
+                    unsigned char *sv = guarded_end(&mem, (size_t)(dv * ld) * es);
+                    for (int64_t i = 0; i < dk; i++)
+                        for (int64_t j = 0; j < dv; j++) {
+                            const float x = s0[i * dv + j];
+                            if (bf16) {
+                                ((uint16_t *)sk)[i * dv + j] = la_f32_to_bf16(x);
+                                ((uint16_t *)sv)[j * ld + i] = la_f32_to_bf16(x);
+                            } else {
+                                ((float *)sk)[i * dv + j] = x;
+                                ((float *)sv)[j * ld + i] = x;
+                            }
+                        }
+                    for (int64_t j = 0; j < dv; j++)
+                        for (int64_t i = dk; i < ld; i++)
+                            if (bf16)
+                                ((uint16_t *)sv)[j * ld + i] = la_f32_to_bf16(UNTOUCHED);
+                            else
+                                ((float *)sv)[j * ld + i] = UNTOUCHED;
+                    memcpy(zk, z0, (size_t)dk * sizeof(float));
+                    memcpy(zv, z0, (size_t)dk * sizeof(float));
+                    memset(zck, 0, (size_t)dk * sizeof(float));
+                    memset(zcv, 0, (size_t)dk * sizeof(float));
+                    la_head hk = head_of(&c, ok, bf16 ? NULL : (float *)sk, zk);
+                    la_head hv = head_of(&c, ov, bf16 ? NULL : (float *)sv, zv);
+                    hk.s_bf16 = bf16 ? (uint16_t *)sk : NULL;
+                    hv.s_bf16 = bf16 ? (uint16_t *)sv : NULL;
+                    hv.s_vld = ld;
+                    hk.zc = norm == 2 ? zck : NULL;
+                    hv.zc = norm == 2 ? zcv : NULL;
+                    for (int64_t i = 0; i < T; i++) {
+                        const float *g = gate == LA_GATE_NONE ? NULL : c.g + i * c.g_ts;
+                        t->additive->token(&hk, c.q + i * dk, c.k + i * dk, c.v + i * dv, g,
+                                           ok + i * dv);
+                        t->additive->token_vfirst(&hv, c.q + i * dk, c.k + i * dk,
+                                                  c.v + i * dv, g, ov + i * dv);
+                    }
+                    char what[160];
+                    snprintf(what, sizeof what, "%s token_vfirst dk=%lld dv=%lld gate=%s %s%s",
+                             t->name, (long long)dk, (long long)dv, gate_names[gate],
+                             bf16 ? "bf16 state" : "f32 state",
+                             norm == 2 ? " z compensated" : norm ? " z" : "");
+                    op_stat st = {"token_vfirst", 0, 0, 0};
+                    ck_assert_msg(compare(&st, t->name, what, "o", ov, dv, ok, dv, T, dv),
+                                  "%s: o differs from the K-first op's", what);
+                    if (norm)
+                        ck_assert_msg(compare(&st, t->name, what, "z", zv, dk, zk, dk, 1, dk),
+                                      "%s: z differs from the K-first op's", what);
+                    for (int64_t j = 0; j < dv; j++)
+                        for (int64_t i = 0; i < ld; i++) {
+                            const int64_t ev = j * ld + i, ek = i * dv + j;
+                            const float a = bf16 ? la_bf16_to_f32(((uint16_t *)sv)[ev])
+                                                 : ((float *)sv)[ev];
+                            if (i >= dk) {
+                                ck_assert_msg(a == (bf16 ? la_bf16_to_f32(la_f32_to_bf16(
+                                                               UNTOUCHED))
+                                                         : UNTOUCHED),
+                                              "%s: wrote the padding of column %lld", what,
+                                              (long long)j);
+                                continue;
+                            }
+                            const float b = bf16 ? la_bf16_to_f32(((uint16_t *)sk)[ek])
+                                                 : ((float *)sk)[ek];
+                            const double tol = bf16 ? fabs((double)b) / 128 + 1e-6
+                                                    : LA_TOL_OP * fmax(1.0, fabs((double)b));
+                            ck_assert_msg(same_bits ? memcmp(&a, &b, sizeof a) == 0
+                                                    : fabs((double)a - b) <= tol,
+                                          "%s: S[%lld][%lld] = %a, K-first %a", what,
+                                          (long long)i, (long long)j, (double)a, (double)b);
+                        }
+                    cases++;
+                    arena_free(&mem);
+                }
+        printf("%-12s %-24s %6ld cases, against its own K-first token op%s\n", t->name,
+               "token_vfirst", cases, same_bits ? " (the state bit for bit)" : "");
+    }
+}
+END_TEST
+
 /* Every table's tuning data (tuning.h), runnable here or not: a default
  * entry, each machine once, chunks of at least one row, thresholds a dk
  * can be compared with; and cpu.c's key for this CPU is one of the keys. */
@@ -1240,6 +1369,7 @@ int main(void)
     tcase_add_test(tc, uarch_names);
     tcase_add_test(tc, vfirst_any_split_same_bits);
     tcase_add_test(tc, token_any_split_same_bits);
+    tcase_add_test(tc, token_vfirst_matches_token);
     tcase_add_test(tc, any_outside_of_every_table);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -238,17 +238,19 @@ static double rel_diff(const float *a, const float *b, size_t n)
 static void world_compare(const world *w, const char *what)
 {
     const scenario *sc = &w->sc;
-    if (sc->delta && sc->vfirst) {
-        /* in place on the V-first kernels (recurrent calls; with snapshots,
-         * where every token has a slot: spec_matches_vfirst_steps checks
-         * those bitwise): the same maths summed along the key axis, so to
-         * rounding */
+    if (sc->vfirst) {
+        /* in place on the V-first kernels (delta: recurrent calls, and with
+         * snapshots, where every token has a slot: spec_matches_vfirst_steps
+         * checks those bitwise; additive: the token loop's calls): the same
+         * maths summed along the key axis, so to rounding.
+         * vfirst_matches_kfirst checks the bits where they must agree. */
         const size_t tok = (size_t)(w->B * w->T * sc->H);
         const size_t state = (size_t)(sc->slots * sc->H * sc->dk * sc->dv);
+        const size_t nz = sc->delta ? 0 : (size_t)(sc->slots * w->z_slot);
         const double eo = rel_diff(w->o, w->o_ref, tok * (size_t)sc->dv),
-                     es = rel_diff(w->s, w->s_ref, state);
-        ck_assert_msg(eo < 1e-5 && es < 1e-5, "%s: o differs by %g, the pool by %g", what, eo,
-                      es);
+                     es = rel_diff(w->s, w->s_ref, state), ez = rel_diff(w->z, w->z_ref, nz);
+        ck_assert_msg(eo < 1e-5 && es < 1e-5 && ez < 1e-5,
+                      "%s: o differs by %g, the pool by %g, z by %g", what, eo, es, ez);
         return;
     }
     const size_t tok = (size_t)(w->B * w->T * sc->H);
@@ -563,12 +565,16 @@ static float elem_value(int bf16, const void *p, int64_t e)
  * slots, odd dk, dv over two register tiles. o and every slot bitwise
  * where both run the K-first kernels (the V-first call on 2 threads, the
  * K-first on 1), else to rounding; the padding and unnamed slots kept.
- * _i: T index, bit 3 a bfloat16 pool, bit 4 dk 45 and a channel gate. */
+ * The additive family runs its token loop's calls (float: up to as many
+ * tokens; bfloat16: one) on the V-first token op, the rest through the
+ * transposes; with dk 45, a normaliser, whose z (beside either pool) is
+ * compared alike. _i: T index, bit 3 a bfloat16 pool, bit 4 dk 45 and a
+ * channel gate, bit 5 the additive family. */
 START_TEST(vfirst_prefill_matches_kfirst)
 {
     static const int64_t Ts[6] = {1, 8, 9, 20, 64, 200};
     const int64_t T = Ts[_i & 7];
-    const int bf16 = _i >> 3 & 1;
+    const int bf16 = _i >> 3 & 1, additive = _i >> 5 & 1;
     /* dk 45 under a channel gate: whole pairs of vectors, one more vector
      * and a partial one on avx2 (a bfloat16 row's pair order, which the
      * decays follow: state_rows.h), a pair and a partial vector on avx512;
@@ -607,29 +613,43 @@ START_TEST(vfirst_prefill_matches_kfirst)
     linattn_config cfg;
     linattn_config_init(&cfg, B, H, T, dk, dv);
     linattn_config_set_gate(&cfg, wide ? LINATTN_GATE_CHANNEL : LINATTN_GATE_TOKEN);
-    cfg.normalize = 0, cfg.qk_l2norm = 1;
+    const int norm = additive && wide;
+    cfg.normalize = norm, cfg.qk_l2norm = 1;
     cfg.dtype.s = bf16 ? LINATTN_BF16 : LINATTN_F32;
+    const size_t nz = (size_t)(slots * H * dk);
+    float *z_k = floats(nz, 0, 1), *z_v = malloc(nz * sizeof(float));
+    memcpy(z_v, z_k, nz * sizeof(float));
     linattn_state_pool pk = {.slots = slots, .slot = H * dk * dv, .head = dk * dv, .row = dv,
                              .col = 1, .read_slots = rd, .write_slots = wr};
+    if (norm)
+        pk.z_slot = H * dk, pk.z_head = dk;
     linattn_state_pool pv = pk;
     pv.slot = H * dv * col, pv.head = dv * col, pv.row = 1, pv.col = col;
+    const linattn_op op = additive ? LINATTN_OP_FORWARD : LINATTN_OP_DELTA_FORWARD;
     linattn_operands ops;
     linattn_operands_init(&ops);
-    ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = beta;
-    ops.o = o_k, ops.s = sk, ops.pool = &pk;
+    ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = additive ? NULL : beta;
+    ops.o = o_k, ops.s = sk, ops.z = norm ? z_k : NULL, ops.pool = &pk;
     cfg.num_threads = 1;
-    ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK, "K-first: %s",
-                  linattn_last_error());
-    ops.o = o_v, ops.s = sv, ops.pool = &pv;
+    ck_assert_msg(linattn_run(op, &cfg, &ops) == LINATTN_OK, "K-first: %s", linattn_last_error());
+    ops.o = o_v, ops.s = sv, ops.z = norm ? z_v : NULL, ops.pool = &pv;
     cfg.num_threads = 2;
-    ck_assert_msg(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK, "V-first: %s",
-                  linattn_last_error());
+    ck_assert_msg(linattn_run(op, &cfg, &ops) == LINATTN_OK, "V-first: %s", linattn_last_error());
     const int bitwise = bf16 ? T > 1 : T > VFIRST_IN_PLACE_MAX_T;
-    double eo = 0, es_max = 0;
+    const char *fam = additive ? "additive" : "delta";
+    double eo = 0, es_max = 0, ez = 0;
+    for (size_t e = 0; e < nz && norm; e++) {
+        if (bitwise)
+            ck_assert_msg(memcmp(&z_v[e], &z_k[e], sizeof(float)) == 0,
+                          "%s T = %lld: z[%zu] = %a, K-first %a", bf16 ? "bf16" : "f32",
+                          (long long)T, e, (double)z_v[e], (double)z_k[e]);
+        const double d = fabs((double)z_v[e] - z_k[e]) / fmax(1.0, fabs((double)z_k[e]));
+        ez = d > ez || d != d ? d : ez;
+    }
     for (size_t e = 0; e < tok * (size_t)dv; e++) {
         if (bitwise)
             ck_assert_msg(memcmp(&o_v[e], &o_k[e], sizeof(float)) == 0,
-                          "%s T = %lld: o[%zu] = %a, K-first %a", bf16 ? "bf16" : "f32",
+                          "%s %s T = %lld: o[%zu] = %a, K-first %a", fam, bf16 ? "bf16" : "f32",
                           (long long)T, e, (double)o_v[e], (double)o_k[e]);
         const double d = fabs((double)o_v[e] - o_k[e]) / fmax(1.0, fabs((double)o_k[e]));
         eo = d > eo || d != d ? d : eo;
@@ -668,11 +688,11 @@ START_TEST(vfirst_prefill_matches_kfirst)
             }
     /* a bfloat16 element in place may round the other way (checked above) */
     const double es_tol = bf16 && !bitwise ? 1.0 / 128 : 1e-5;
-    ck_assert_msg(eo < 1e-5 && es_max <= es_tol,
-                  "%s dk = %lld, T = %lld: o differs by %g, the pool by %g",
-                  bf16 ? "bf16" : "f32", (long long)dk, (long long)T, eo, es_max);
+    ck_assert_msg(eo < 1e-5 && es_max <= es_tol && ez < 1e-5,
+                  "%s %s dk = %lld, T = %lld: o differs by %g, the pool by %g, z by %g", fam,
+                  bf16 ? "bf16" : "f32", (long long)dk, (long long)T, eo, es_max, ez);
     free(q), free(k), free(v), free(g), free(beta), free(o_k), free(o_v);
-    free(sk), free(sv), free(sv0);
+    free(sk), free(sv), free(sv0), free(z_k), free(z_v);
 }
 END_TEST
 
@@ -1109,10 +1129,12 @@ static Suite *serve_suite(void)
     tcase_add_test(pool, spec_matches_vfirst_steps);
     tcase_add_loop_test(pool, packed_without_state, 0, 2);
     tcase_add_loop_test(pool, many_sequences_on_threads, 0, 12);
-    for (int wide = 0; wide < 2; wide++)
-        for (int bf16 = 0; bf16 < 2; bf16++)
-            tcase_add_loop_test(pool, vfirst_prefill_matches_kfirst, 16 * wide + 8 * bf16,
-                                16 * wide + 8 * bf16 + 6);
+    for (int additive = 0; additive < 2; additive++)
+        for (int wide = 0; wide < 2; wide++)
+            for (int bf16 = 0; bf16 < 2; bf16++) {
+                const int i0 = 32 * additive + 16 * wide + 8 * bf16;
+                tcase_add_loop_test(pool, vfirst_prefill_matches_kfirst, i0, i0 + 6);
+            }
     suite_add_tcase(s, pool);
     TCase *plans = tcase_create("plans");
     tcase_set_timeout(plans, 120);

@@ -1,6 +1,7 @@
 /* --model L: decode of a whole model. One token steps L layers' delta-rule
  * states in turn (linattn_delta_step per layer, each on its own state; with
- * --family additive, linattn_step and the additive states), so
+ * --family additive, linattn_step and the additive states; with --pool,
+ * linattn_run on a pool of either layout, z beside it), so
  * a layer's state has left the caches by the time it is stepped again and
  * comes from memory, as in a model (Qwen3-Next: 36 layers, 2 MiB of state
  * per layer and sequence). Each row is compared with a read-modify-write
@@ -185,9 +186,14 @@ static void run_family(const bench_options *op, linattn_isa isa, bench_family fa
                 for (int64_t b = 0; b < s.B; b++)
                     slots[b] = (int32_t)b;
                 const int vfirst = op->pool == POOL_VFIRST;
-                const linattn_state_pool pool = {
-                    .slots = s.B, .slot = s.H * s.dk * s.dv, .head = s.dk * s.dv,
-                    .row = vfirst ? 1 : s.dv, .col = vfirst ? s.dk : 1, .read_slots = slots};
+                const linattn_state_pool pool = {.slots = s.B,
+                                                 .slot = s.H * s.dk * s.dv,
+                                                 .head = s.dk * s.dv,
+                                                 .row = vfirst ? 1 : s.dv,
+                                                 .col = vfirst ? s.dk : 1,
+                                                 .z_slot = norm ? s.H * s.dk : 0,
+                                                 .z_head = norm ? s.dk : 0,
+                                                 .read_slots = slots};
                 model_ctx x = {&cs[ci],
                                bench_config(&top, &cs[ci], K_STEP, s),
                                bench_data_alloc(&top, s, 1),

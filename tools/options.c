@@ -83,7 +83,8 @@ static void usage(void)
           "                        the same total bytes on the same threads, this run\n"
           "  --pool kfirst|vfirst  with --model: each layer's states in a serving pool\n"
           "                        of that layout (K-first [dk][dv] or V-first [dv][dk]\n"
-          "                        per head, slot b for sequence b), stepped through\n"
+          "                        per head, slot b for sequence b; an additive\n"
+          "                        normaliser's z beside it), stepped through\n"
           "                        linattn_run\n"
           "  --sweep FILE.csv      tokens/s against T = 256..65536 for dk = dv = 64 and\n"
           "                        128: chunked, recurrent and quadratic (T <= 8192) of\n"
@@ -403,8 +404,6 @@ bench_options bench_parse_args(int argc, char **argv)
     /* --model runs the delta rule unless --family says otherwise */
     if (op.model && !op.families_given)
         op.families = 1u << FAM_DELTA;
-    if (op.model && op.pool != POOL_NONE && op.families != 1u << FAM_DELTA)
-        usage_error("--pool goes with the delta rule's --model only");
     if (op.goals && (op.sweep || op.decode || op.model))
         usage_error("--goals follows the default table, not --sweep, --decode or --model");
     if (op.quick)

@@ -1081,6 +1081,7 @@ static const la_additive_ops additive_avx2 = {
     .pack = additive_pack,
     .unpack = additive_unpack,
     .token = token_avx2,
+    .token_vfirst = additive_token_vfirst,
     .noncausal_state = noncausal_state_avx2,
     .noncausal_output = noncausal_output_avx2,
 };

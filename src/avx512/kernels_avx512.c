@@ -1067,6 +1067,7 @@ static const la_additive_ops additive_avx512 = {
     .pack = additive_pack,
     .unpack = additive_unpack,
     .token = token_avx512,
+    .token_vfirst = additive_token_vfirst,
     .noncausal_state = noncausal_state_avx512,
     .noncausal_output = noncausal_output_avx512,
 };

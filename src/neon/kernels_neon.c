@@ -608,6 +608,7 @@ static const la_additive_ops additive_neon = {
     .pack = additive_pack,
     .unpack = additive_unpack,
     .token = token_neon,
+    .token_vfirst = additive_token_vfirst,
     .noncausal_state = noncausal_state_neon,
     .noncausal_output = noncausal_output_neon,
 };

@@ -273,6 +273,7 @@ const la_additive_ops la_additive_scalar = {
     .pack = additive_pack,
     .unpack = additive_unpack,
     .token = token_scalar,
+    .token_vfirst = additive_token_vfirst,
     .noncausal_state = noncausal_state_scalar,
     .noncausal_output = noncausal_output_scalar,
 };

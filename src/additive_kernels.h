@@ -2,8 +2,9 @@
  * an ISA vocabulary (the vf_* names listed in delta_kernels.h). An ISA folder
  * includes its vocabulary, defines LA_ADD_NV (vectors per register tile) and
  * includes this file, which defines the static functions additive_features,
- * additive_feature_bytes, additive_normaliser and additive_columns for its
- * la_additive_ops (additive.h says what each does).
+ * additive_feature_bytes, additive_normaliser, additive_columns and
+ * additive_token_vfirst (the token op on a V-first state, at the end) for
+ * its la_additive_ops (additive.h says what each does).
  *
  * Value columns of S are independent: per token, column j needs only
  * column j of S and v, and the per-token qh, kh, decay and normaliser
@@ -606,10 +607,10 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
  * (a s + kh v with a gate, kh v + s without), so the state has the avx512
  * token op's bits (avx2's decays a token with its vector exp);
  * o_j = S_j . qh adds along the key axis, where the K-first op adds down
- * the rows: the same maths, rounded otherwise. A bfloat16 row is widened as read and rounded
- * once as written, o read from the float before the rounding. The
- * features are made ADD_VF_KEYS keys at a time (on the stack), each
- * panel's sums added to o_j. */
+ * the rows: the same maths, rounded otherwise. A bfloat16 row is widened
+ * as read and rounded once as written, o read from the float before the
+ * rounding. The features are made ADD_VF_KEYS keys at a time (on the
+ * stack), each panel's sums added to o_j. */
 enum { ADD_VF_ROWS = 4, ADD_VF_KEYS = 256 };
 
 /* Rows r < R of the group from column j (R a constant: ADD_VF_ROWS or 1),

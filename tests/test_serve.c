@@ -243,7 +243,7 @@ static void world_compare(const world *w, const char *what)
          * snapshots, where every token has a slot: spec_matches_vfirst_steps
          * checks those bitwise; additive: the token loop's calls): the same
          * maths summed along the key axis, so to rounding.
-         * vfirst_matches_kfirst checks the bits where they must agree. */
+         * vfirst_prefill_matches_kfirst checks the bits where they must agree. */
         const size_t tok = (size_t)(w->B * w->T * sc->H);
         const size_t state = (size_t)(sc->slots * sc->H * sc->dk * sc->dv);
         const size_t nz = sc->delta ? 0 : (size_t)(sc->slots * w->z_slot);

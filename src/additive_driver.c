@@ -262,7 +262,7 @@ typedef struct {
     head_ws w;
     unsigned char *ws;     /* w.total bytes per thread */
     int64_t width, pieces; /* the token loop's columns per unit, units per head */
-    int bf16_state;        /* c->s is bfloat16 (la_additive_head_run_bf16, _vfirst) */
+    int bf16_state;        /* c->s is bfloat16 (la_additive_head_run_in_place) */
     int64_t s_vld;         /* c->s is V-first, columns this far apart (0: K-first) */
     const void *next;      /* la_head.s_next of the token op */
 } head_job;
@@ -688,43 +688,27 @@ void la_additive_head_run(const la_kernels *kern, const la_call *c, void *ws)
 }
 
 /* Whether a call runs the token loop (steps and short AUTO calls), which
- * may then work on a V-first state where it lies (la_additive_head_run_vfirst). */
+ * may then work on its state where it lies (la_additive_head_run_in_place). */
 int la_additive_head_token_loop(const la_kernels *kern, const la_call *c)
 {
     return c->T >= 1 && c->causal && !head_recurrent(kern, c) && !head_job_for(kern, c).chunked;
 }
 
-/* A one-token call that runs the token loop, whose bfloat16 K-first state
- * (rows of dv elements) may then be worked on in place: the token op
- * widens each element as it reads it and rounds it once as it writes it,
- * and reads out the float before rounding, so o and the state have the
- * bits of the same token on a float copy rounded afterwards, and a decode
- * step reads and writes 2 bytes per element, once. */
-int la_additive_head_bf16_in_place(const la_kernels *kern, const la_call *c)
-{
-    return c->T == 1 && la_additive_head_token_loop(kern, c);
-}
-
-void la_additive_head_run_vfirst(const la_kernels *kern, const la_call *c, void *s, int bf16,
-                                 int64_t ld, const void *next, void *ws)
+/* The token loop on the state s where it lies: K-first (vld 0, rows of dv
+ * elements) or V-first (value column j at j * vld, the token_vfirst op),
+ * float or bfloat16. On a bfloat16 state the token op widens each element
+ * as it reads it and rounds it once as it writes it, and reads out the
+ * float before rounding, so o and the state have the bits of the same
+ * token on a float copy rounded afterwards, and a decode step reads and
+ * writes 2 bytes per element, once. */
+void la_additive_head_run_in_place(const la_kernels *kern, const la_call *c, void *s, int bf16,
+                                   int64_t vld, const void *next, void *ws)
 {
     la_call x = *c;
     x.s = s;
     head_job j = head_job_for(kern, &x);
     j.bf16_state = bf16;
-    j.s_vld = ld;
-    j.next = next;
-    j.ws = ws;
-    run_head(&j, 0, 0);
-}
-
-void la_additive_head_run_bf16(const la_kernels *kern, const la_call *c, uint16_t *s,
-                               const uint16_t *next, void *ws)
-{
-    la_call x = *c;
-    x.s = s;
-    head_job j = head_job_for(kern, &x);
-    j.bf16_state = 1;
+    j.s_vld = vld;
     j.next = next;
     j.ws = ws;
     run_head(&j, 0, 0);

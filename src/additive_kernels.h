@@ -286,6 +286,21 @@ static void additive_features(const la_head *h, int64_t t0, int64_t n, float *f)
     }
 }
 
+/* w lanes of z advanced by one token, z = a z + kh, compensated: zc
+ * carries what z's sum has not absorbed; returns den plus qh . (z + zc)'s
+ * lanes. */
+LA_INLINE la_vf add_z_compensated(float *z, float *zc, int64_t w, la_vf av, la_vf kv, la_vf qv,
+                                  la_vf den)
+{
+    const la_vf zo = vf_loadn(z, w);
+    const la_vf y = vf_fma(av, vf_loadn(zc, w), kv);
+    const la_vf zn = vf_fma(av, zo, y);
+    const la_vf cn = vf_sub(y, vf_sub(zn, vf_mul(av, zo)));
+    vf_storen(z, zn, w);
+    vf_storen(zc, cn, w);
+    return vf_fma(qv, cn, vf_fma(qv, zn, den));
+}
+
 /* z = a z + kh per token, compensated: z + zc carries the sum exactly to
  * first order (exactly so without a gate; with one z stays bounded). */
 static void additive_normaliser(const la_head *h, const float *f, int64_t n, float *zz,
@@ -298,15 +313,10 @@ static void additive_normaliser(const la_head *h, const float *f, int64_t n, flo
         la_vf den = vf_zero();
         const la_vf at = vf_set1(a[0]);
         for (int64_t c = 0; c < dk; c += LA_VW) {
-            const int64_t w = dk - c;
             const la_vf av = h->gate == LA_GATE_CHANNEL ? vf_load(a + c) : at;
-            const la_vf zo = vf_loadn(z + c, w), kv = vf_load(kh + c), qv = vf_load(qh + c);
-            const la_vf y = vf_fma(av, vf_loadn(zc + c, w), kv);
-            const la_vf zn = vf_fma(av, zo, y);
-            const la_vf cn = vf_sub(y, vf_sub(zn, vf_mul(av, zo)));
-            vf_storen(z + c, zn, w);
-            vf_storen(zc + c, cn, w);
-            den = vf_fma(qv, cn, vf_fma(qv, zn, den)); /* qh is 0 past dk */
+            /* qh is 0 past dk */
+            den = add_z_compensated(z + c, zc + c, dk - c, av, vf_load(kh + c), vf_load(qh + c),
+                                    den);
         }
         inv[i] = 1.0f / (vf_hsum(den) + h->eps);
     }
@@ -690,15 +700,8 @@ LA_INLINE la_vf add_vf_features(const la_head *h, const float *q, const float *k
         vf_store(kh + c, kv);
         if (gate == LA_GATE_CHANNEL)
             vf_store(a + c, av);
-        if (h->z && h->zc) { /* as additive_normaliser */
-            float *z = h->z + c0 + c, *zc = h->zc + c0 + c;
-            const la_vf zo = vf_loadn(z, w);
-            const la_vf y = vf_fma(av, vf_loadn(zc, w), kv);
-            const la_vf zn = vf_fma(av, zo, y);
-            const la_vf cn = vf_sub(y, vf_sub(zn, vf_mul(av, zo)));
-            vf_storen(z, zn, w);
-            vf_storen(zc, cn, w);
-            den = vf_fma(qv, cn, vf_fma(qv, zn, den));
+        if (h->z && h->zc) {
+            den = add_z_compensated(h->z + c0 + c, h->zc + c0 + c, w, av, kv, qv, den);
         } else if (h->z) {
             const la_vf zn = vf_fma(av, vf_loadn(h->z + c0 + c, w), kv);
             vf_storen(h->z + c0 + c, zn, w);

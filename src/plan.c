@@ -307,39 +307,20 @@ static int run_bf16_in_place(const linattn_plan *p, int64_t n, int64_t h, int64_
     return 1;
 }
 
-/* A one-token additive unit in place on a K-first bfloat16 pool, as
- * run_bf16_in_place for the delta rule: the token op widens and rounds
- * the state itself, and each row fetches that row of the next unit's
- * state (36 layers of 32 heads of 128 x 128 from memory on Zen 5, one
- * thread, B = 1: 42 us a layer against 117 through the float copy).
- * z, float, is the write slot's, started from the read slot's. 1 when
- * done, 0 when its call does not run the token loop (nothing touched). */
-static int run_additive_bf16_in_place(const linattn_plan *p, int64_t n, int64_t h, int64_t rd,
-                                      int64_t wr, int64_t len, const uint16_t *next, void *kws)
-{
-    const la_serve *sv = &p->sv;
-    float *z = la_serve_z(sv, wr, h);
-    la_call x = head_call(sv, n, h, 0, len, NULL, z);
-    if (!la_additive_head_bf16_in_place(p->kern, &x))
-        return 0;
-    const la_call *c = &sv->c;
-    start_from_read_slot(sv, rd, wr, h, 0, c->dk, c->dv, c->dv);
-    if (z && rd != wr)
-        z_load(sv, rd, h, z);
-    la_additive_head_run_bf16(p->kern, &x, la_serve_state(sv, wr, h), next, kws);
-    return 1;
-}
-
-/* An additive unit on a V-first pool in place, through the token loop's
- * V-first op (la_additive_ops.token_vfirst): float calls of up to
- * VFIRST_MAX_T tokens, bfloat16 one-token calls (rounded once per token,
- * as the K-first bfloat16 step), where a transpose into the float copy and
- * back read and wrote the state once more (vLLM keeps Mamba-2's SSM state
- * V-first). The write slot starts as the read slot's state (or zeros),
- * as in place on a K-first pool. 1 when done, 0 when the call does not run
- * the token loop (nothing touched). */
-static int run_additive_vfirst(const linattn_plan *p, int64_t n, int64_t h, int64_t rd,
-                               int64_t wr, int64_t len, const void *next, void *kws)
+/* An additive unit in place through the token loop, where a K-first
+ * float pool's in-place path does not take it: a one-token call on a
+ * K-first bfloat16 pool, as run_bf16_in_place for the delta rule (the
+ * token op widens and rounds the state itself; 36 layers of 32 heads of
+ * 128 x 128 from memory on Zen 5, one thread, B = 1: 42 us a layer against
+ * 117 through the float copy), or a V-first pool's call of up to
+ * VFIRST_MAX_T tokens (bfloat16: one), through the token_vfirst op, where
+ * a transpose into the float copy and back read and wrote the state once
+ * more (vLLM keeps Mamba-2's SSM state V-first). Each row fetches that row
+ * of the next unit's state. The write slot, and z (float, the write
+ * slot's), start from the read slot's. 1 when done, 0 when the call does
+ * not run the token loop (nothing touched). */
+static int run_additive_in_place(const linattn_plan *p, int64_t n, int64_t h, int64_t rd,
+                                 int64_t wr, int64_t len, const void *next, void *kws)
 {
     const la_serve *sv = &p->sv;
     const la_call *c = &sv->c;
@@ -347,11 +328,15 @@ static int run_additive_vfirst(const linattn_plan *p, int64_t n, int64_t h, int6
     la_call x = head_call(sv, n, h, 0, len, NULL, z);
     if (!la_additive_head_token_loop(p->kern, &x))
         return 0;
-    start_from_read_slot(sv, rd, wr, h, 0, c->dv, sv->s_col, c->dk);
+    const int vfirst = sv->s_row == 1;
+    if (vfirst)
+        start_from_read_slot(sv, rd, wr, h, 0, c->dv, sv->s_col, c->dk);
+    else
+        start_from_read_slot(sv, rd, wr, h, 0, c->dk, sv->s_row, c->dv);
     if (z && rd != wr)
         z_load(sv, rd, h, z);
-    la_additive_head_run_vfirst(p->kern, &x, la_serve_state(sv, wr, h), c->dt.s == LINATTN_BF16,
-                                sv->s_col, next, kws);
+    la_additive_head_run_in_place(p->kern, &x, la_serve_state(sv, wr, h),
+                                  c->dt.s == LINATTN_BF16, vfirst ? sv->s_col : 0, next, kws);
     return 1;
 }
 
@@ -443,14 +428,12 @@ static void run_unit(const linattn_plan *p, int64_t u, int64_t next_u, unsigned 
         len == 1 && sv->s_col == 1 && sv->s_row == c->dv &&
         run_bf16_in_place(p, n, h, rd, wr, len, j0, nj, unit_read_state(p, next_u), kws))
         return;
-    if (c->dt.s == LINATTN_BF16 && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_ADDITIVE &&
-        len == 1 && sv->s_col == 1 && sv->s_row == c->dv && (Wz == NULL || sv->z != NULL) &&
-        run_additive_bf16_in_place(p, n, h, rd, wr, len, unit_read_state(p, next_u), kws))
-        return;
-    if (wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_ADDITIVE && sv->s_row == 1 &&
-        sv->s_col >= c->dk && (f32 ? len <= VFIRST_MAX_T : len == 1) &&
-        (Wz == NULL || sv->z != NULL) &&
-        run_additive_vfirst(p, n, h, rd, wr, len, unit_read_state(p, next_u), kws))
+    const int kfirst_bf16_step = !f32 && len == 1 && sv->s_col == 1 && sv->s_row == c->dv;
+    const int vfirst_short = sv->s_row == 1 && sv->s_col >= c->dk &&
+                             (f32 ? len <= VFIRST_MAX_T : len == 1);
+    if (wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_ADDITIVE &&
+        (kfirst_bf16_step || vfirst_short) && (Wz == NULL || sv->z != NULL) &&
+        run_additive_in_place(p, n, h, rd, wr, len, unit_read_state(p, next_u), kws))
         return;
     if (sv->K == 0 && c->family == LA_FAMILY_DELTA && (sv->s_col == 1 || sv->s_row == 1) &&
         run_packed(p, n, h, rd, wr, len, j0, nj, kws))

@@ -96,19 +96,14 @@ static inline float *la_serve_z(const la_serve *sv, int64_t slot, int64_t h)
  * working state) on the calling thread, with the workspace sized here. */
 size_t la_additive_head_bytes(const struct la_kernels *kern, const la_call *c);
 void la_additive_head_run(const struct la_kernels *kern, const la_call *c, void *ws);
-/* A one-token additive call on a bfloat16 K-first state s, in place (the
- * call's own s unused) where la_additive_head_bf16_in_place says so; next:
- * as la_delta_head_run_bf16's. */
-int la_additive_head_bf16_in_place(const struct la_kernels *kern, const la_call *c);
-void la_additive_head_run_bf16(const struct la_kernels *kern, const la_call *c, uint16_t *s,
-                               const uint16_t *next, void *ws);
-/* A call that runs the token loop (la_additive_head_token_loop) on a
- * V-first state s (float, or bfloat16: one token at a time, rounded once
- * per token), value column j at j * ld, in place; next: the V-first state
- * the calling thread works on after this one, laid out as s, or NULL. */
+/* A call that runs the token loop (la_additive_head_token_loop) on the
+ * state s where it lies (the call's own s unused): K-first (vld 0) or
+ * V-first (value column j at j * vld), float or bfloat16 (one token at a
+ * time, rounded once per token). next: the state the calling thread works
+ * on after this one, laid out as s, or NULL. */
 int la_additive_head_token_loop(const struct la_kernels *kern, const la_call *c);
-void la_additive_head_run_vfirst(const struct la_kernels *kern, const la_call *c, void *s,
-                                 int bf16, int64_t ld, const void *next, void *ws);
+void la_additive_head_run_in_place(const struct la_kernels *kern, const la_call *c, void *s,
+                                   int bf16, int64_t vld, const void *next, void *ws);
 int64_t la_delta_unit_columns(const struct la_kernels *kern, const la_call *c);
 size_t la_delta_head_bytes(const struct la_kernels *kern, const la_call *c, int64_t nj,
                            int moved);

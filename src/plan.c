@@ -59,12 +59,25 @@ static la_call head_call(const la_serve *sv, int64_t n, int64_t h, int64_t ta, i
     return x;
 }
 
+/* The pool's layout: rows of dv contiguous values (K-first, as a
+ * contiguous call's state), or columns of dk keys at least dk apart
+ * (V-first). A state with dk = dv = 1 is both; it is taken as K-first, the
+ * layout whose kernels linattn_run uses on a contiguous state, so that a
+ * plan gives its bits (the V-first ops sum and decay otherwise: a fuzz
+ * finding). */
+static int kfirst_pool(const la_serve *sv) { return sv->s_col == 1 && sv->s_row == sv->c.dv; }
+
+static int vfirst_pool(const la_serve *sv)
+{
+    return !kfirst_pool(sv) && sv->s_row == 1 && sv->s_col >= sv->c.dk;
+}
+
 /* Whether a delta unit's state is moved into a float copy whatever its
  * call (a float V-first pool: transposed), so that the copy may as well be
  * the kernels' packed one from any length (run_packed). */
 static int state_moved(const la_serve *sv)
 {
-    return sv->s_row == 1 && sv->c.dt.s == LINATTN_F32;
+    return vfirst_pool(sv) && sv->c.dt.s == LINATTN_F32;
 }
 
 static size_t head_bytes(const linattn_plan *p, const la_call *x)
@@ -328,7 +341,7 @@ static int run_additive_in_place(const linattn_plan *p, int64_t n, int64_t h, in
     la_call x = head_call(sv, n, h, 0, len, NULL, z);
     if (!la_additive_head_token_loop(p->kern, &x))
         return 0;
-    const int vfirst = sv->s_row == 1;
+    const int vfirst = vfirst_pool(sv);
     if (vfirst)
         start_from_read_slot(sv, rd, wr, h, 0, c->dv, sv->s_col, c->dk);
     else
@@ -405,11 +418,11 @@ static void run_unit(const linattn_plan *p, int64_t u, int64_t next_u, unsigned 
      * K-first copy in its workspace (same arithmetic, same bits). */
     const la_stage_ops *st = p->kern->stage;
     const int f32 = c->dt.s == LINATTN_F32; /* a bfloat16 state is worked on in a float copy */
-    if (sv->K > 0 && f32 && c->family == LA_FAMILY_DELTA && sv->s_row == 1 &&
-        sv->s_col >= c->dk && run_vfirst_snapshots(p, n, h, rd, wr, len, j0, nj, kws))
+    if (sv->K > 0 && f32 && c->family == LA_FAMILY_DELTA && vfirst_pool(sv) &&
+        run_vfirst_snapshots(p, n, h, rd, wr, len, j0, nj, kws))
         return;
-    const int in_place = f32 && wr >= 0 && sv->K == 0 && sv->s_col == 1 && sv->s_row == c->dv &&
-                         (Wz == NULL || sv->z != NULL);
+    const int in_place =
+        f32 && wr >= 0 && sv->K == 0 && kfirst_pool(sv) && (Wz == NULL || sv->z != NULL);
     /* A V-first pool of the delta family runs calls of up to VFIRST_MAX_T
      * tokens in place on the kernels' V-first recurrent form (a step: about
      * 1.0x the contiguous one, against 1.8x through the transposes, which
@@ -420,17 +433,16 @@ static void run_unit(const linattn_plan *p, int64_t u, int64_t next_u, unsigned 
      * bfloat16 V-first pool runs one-token calls in place (the kernel
      * rounds the state once per token, as the K-first bfloat16 step does);
      * longer calls widen it once into the float copy and round it once. */
-    if (!in_place && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA && sv->s_row == 1 &&
-        sv->s_col >= c->dk && (f32 ? len <= VFIRST_MAX_T : len == 1) &&
+    if (wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA && vfirst_pool(sv) &&
+        (f32 ? len <= VFIRST_MAX_T : len == 1) &&
         run_vfirst(p, n, h, rd, wr, len, j0, nj, unit_read_state(p, next_u), kws))
         return;
     if (c->dt.s == LINATTN_BF16 && wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_DELTA &&
-        len == 1 && sv->s_col == 1 && sv->s_row == c->dv &&
+        len == 1 && kfirst_pool(sv) &&
         run_bf16_in_place(p, n, h, rd, wr, len, j0, nj, unit_read_state(p, next_u), kws))
         return;
-    const int kfirst_bf16_step = !f32 && len == 1 && sv->s_col == 1 && sv->s_row == c->dv;
-    const int vfirst_short = sv->s_row == 1 && sv->s_col >= c->dk &&
-                             (f32 ? len <= VFIRST_MAX_T : len == 1);
+    const int kfirst_bf16_step = !f32 && len == 1 && kfirst_pool(sv);
+    const int vfirst_short = vfirst_pool(sv) && (f32 ? len <= VFIRST_MAX_T : len == 1);
     if (wr >= 0 && sv->K == 0 && c->family == LA_FAMILY_ADDITIVE &&
         (kfirst_bf16_step || vfirst_short) && (Wz == NULL || sv->z != NULL) &&
         run_additive_in_place(p, n, h, rd, wr, len, unit_read_state(p, next_u), kws))

@@ -306,6 +306,11 @@ def seeds():
     s["serve-plan-contiguous-bf16"] = call(kind="delta_step", B=3, H=4, gate="token",
                                            phi="identity", serve=[SERVE["run"]],
                                            ext=ext(q="bf16", o="bf16", s="bf16"), plan=1)
+    # a 1 x 1 state is K-first and V-first at once: its plan stepped it on the V-first op,
+    # whose bits differ from linattn_run's K-first kernels (a fuzz finding on avx2, T 20)
+    s["serve-plan-contiguous-1x1-state"] = call(kind="forward", B=3, H=4, T=5, dk=1, dv=1,
+                                                phi="relu", gate="token", serve=[SERVE["run"]],
+                                                plan=1)
     s["serve-plan-refused"] = call(kind="forward", B=3, gate="token",
                                    serve=[SERVE["slots"], 3, 0, 6, 0, 6, 0, 6], plan=2 | 128)
     # packed sequences with a pool (decode_packed_pool(): bit 0 pool, 1 two more slots,

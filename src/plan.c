@@ -59,9 +59,9 @@ static la_call head_call(const la_serve *sv, int64_t n, int64_t h, int64_t ta, i
     return x;
 }
 
-/* The pool's layout: rows of dv contiguous values (K-first, as a
- * contiguous call's state), or columns of dk keys at least dk apart
- * (V-first). A state with dk = dv = 1 is both; it is taken as K-first, the
+/* The pool's layout: rows of dv contiguous values, dv apart (K-first and
+ * dense, as a contiguous call's state), or columns of dk keys at least dk
+ * apart (V-first). A state with dk = dv = 1 is both; it is taken as K-first, the
  * layout whose kernels linattn_run uses on a contiguous state, so that a
  * plan gives its bits (the V-first ops sum and decay otherwise: a fuzz
  * finding). */

@@ -623,70 +623,17 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
  * stack), each panel's sums added to o_j. */
 enum { ADD_VF_ROWS = 4, ADD_VF_KEYS = 256 };
 
-/* How far ahead of a group its prefetches run, in bytes of rows. */
-#ifndef ADD_VF_AHEAD
-#define ADD_VF_AHEAD 8192
-#endif
-
-/* The prefetch stream of a group: its loads visit R rows chunk by chunk,
- * an order the hardware prefetchers do not follow (Zen 5: a bare sweep of
- * 4 interleaved rows of 512 bytes ran at 0.35 of a sequential one from
- * memory), so each step of the group also fetches the next line of the
- * rows ADD_VF_AHEAD bytes on, in address order: that sweep ran at 0.9 of
- * the sequential one, the same fetches in the loads' order at 0.6, and
- * into L2 alone (prefetcht1) at 0.8. Past the state's last row the
- * stream goes on into the next state's (la_head.s_next), laid out alike. */
-typedef struct {
-    const char *base;
-    int64_t at, end; /* bytes from base: the next line to fetch, the end */
-    int64_t step;    /* bytes a step of the group advances */
-} add_vf_fetch;
-
-/* The stream of the group of R rows from row j, keys [c0, c0 + n) of
- * them: the same keys of the R rows `ahead` rows on (whole groups, so the
- * streams of successive groups run on in address order), spread evenly
- * over the group's steps (a vector of each row). */
-LA_INLINE add_vf_fetch add_vf_fetch_for(const void *s, const void *next, int64_t ld, int64_t dv,
-                                        int64_t es, int64_t ahead, int64_t j, int R, int64_t c0,
-                                        int64_t n)
-{
-    add_vf_fetch f = {NULL, 0, 0, 0};
-    int64_t row = j + ahead;
-    const char *base = (const char *)s;
-    if (row >= dv) {
-        row -= dv;
-        base = (const char *)next;
-    }
-    if (!base || row >= dv)
-        return f;
-    const int64_t rows = dv - row < R ? dv - row : R;
-    const int64_t bytes = ((rows - 1) * ld + n) * es, steps = R * ((n + LA_VW - 1) / LA_VW);
-    f.base = base;
-    f.at = (row * ld + c0) * es;
-    f.end = f.at + bytes;
-    f.step = (bytes + steps - 1) / steps;
-    return f;
-}
-
-/* One step of the group, `steps` vectors of a row long. */
-LA_INLINE void add_vf_fetch_step(add_vf_fetch *f, int64_t steps)
-{
-    if (f->at < f->end) {
-        __builtin_prefetch(f->base + f->at, 0, 3);
-        f->at += f->step * steps;
-    }
-}
-
 /* Rows r < R of the group from column j (R a constant: ADD_VF_ROWS or 1),
  * keys [c0, c0 + n) of them; the features at qh, kh, a are those keys',
  * zero past n. sums[r] gets row r's S_j . qh over these keys. The rows go
  * chunk after chunk, the group's rows sharing each load of the features:
  * row after row took a V-first pool's decode 1.2x the time (Zen 5, 36
  * layers from memory, B = 1, 4 interleaved rounds, us a layer: 98 against
- * 121 on one thread, 55 against 66 on two). */
+ * 121 on one thread, 55 against 66 on two), and the address-order fetch
+ * beside them (rows_fetch) took the rest of the gap to a K-first pool. */
 LA_INLINE void add_vf_group(void *s, int64_t ld, int64_t j, int R, int64_t c0, int64_t n,
                             const float *qh, const float *kh, const float *a, la_vf at,
-                            const float *v, la_gate gate, int bf16, add_vf_fetch fetch,
+                            const float *v, la_gate gate, int bf16, rows_fetch fetch,
                             float *sums)
 {
     la_vf vj[ADD_VF_ROWS], out[ADD_VF_ROWS];
@@ -705,8 +652,8 @@ LA_INLINE void add_vf_group(void *s, int64_t ld, int64_t j, int R, int64_t c0, i
         const la_vf kv1 = vf_load(kh + c + LA_VW), qv1 = vf_load(qh + c + LA_VW);
         const la_vf av = gate == LA_GATE_CHANNEL ? vf_load(a + c) : at;
         const la_vf av1 = gate == LA_GATE_CHANNEL ? vf_load(a + c + LA_VW) : at;
+        rows_fetch_step(&fetch, 2 * R);
         for (int r = 0; r < R; r++) {
-            add_vf_fetch_step(&fetch, 2);
             const la_vf y = VF_UPDATE(vf_load_row(s, row[r] + c, LA_VW, 1), kv, av, r);
             const la_vf y1 = VF_UPDATE(vf_load_row(s, row[r] + c + LA_VW, LA_VW, 1), kv1, av1, r);
             vf_store_row2(s, row[r] + c, y, y1, 1);
@@ -717,8 +664,8 @@ LA_INLINE void add_vf_group(void *s, int64_t ld, int64_t j, int R, int64_t c0, i
         const int64_t w = n - c < LA_VW ? n - c : LA_VW; /* lanes past w: 0 in kh and qh */
         const la_vf kv = vf_load(kh + c), qv = vf_load(qh + c);
         const la_vf av = gate == LA_GATE_CHANNEL ? vf_load(a + c) : at;
+        rows_fetch_step(&fetch, R);
         for (int r = 0; r < R; r++) {
-            add_vf_fetch_step(&fetch, 1);
             const la_vf y = VF_UPDATE(vf_load_row(s, row[r] + c, w, bf16), kv, av, r);
             vf_store_row(s, row[r] + c, y, w, bf16);
             out[r] = vf_fma(y, qv, out[r]);
@@ -771,9 +718,7 @@ LA_INLINE void add_vf_token(const la_head *h, const float *q, const float *k, co
     const int64_t dk = h->dk, dv = h->dv, ld = h->s_vld;
     void *const s = bf16 ? (void *)h->s_bf16 : (void *)h->s;
     const void *const next = h->s_next;
-    const int64_t es = bf16 ? 2 : 4, row_bytes = ld * es;
-    const int64_t ahead = (ADD_VF_AHEAD + ADD_VF_ROWS * row_bytes - 1) / (ADD_VF_ROWS * row_bytes) *
-                          ADD_VF_ROWS;
+    const int64_t es = bf16 ? 2 : 4, ahead = rows_fetch_ahead(ld * es, ADD_VF_ROWS);
     _Alignas(64) float qh[ADD_VF_KEYS], kh[ADD_VF_KEYS], a[ADD_VF_KEYS];
     const float g0 = gate == LA_GATE_TOKEN ? g[0] : 0.0f;
     const la_vf at =
@@ -785,14 +730,14 @@ LA_INLINE void add_vf_token(const la_head *h, const float *q, const float *k, co
         float sums[ADD_VF_ROWS];
         int64_t j = 0;
         for (; j + ADD_VF_ROWS <= dv; j += ADD_VF_ROWS) {
-            const add_vf_fetch f =
-                add_vf_fetch_for(s, next, ld, dv, es, ahead, j, ADD_VF_ROWS, c0, n);
+            const rows_fetch f =
+                rows_fetch_for(s, next, ld, es, 0, dv, j + ahead, ADD_VF_ROWS, c0, n);
             add_vf_group(s, ld, j, ADD_VF_ROWS, c0, n, qh, kh, a, at, v, gate, bf16, f, sums);
             for (int r = 0; r < ADD_VF_ROWS; r++)
                 o[j + r] = c0 ? o[j + r] + sums[r] : sums[r];
         }
         for (; j < dv; j++) {
-            const add_vf_fetch f = add_vf_fetch_for(s, next, ld, dv, es, ahead, j, 1, c0, n);
+            const rows_fetch f = rows_fetch_for(s, next, ld, es, 0, dv, j + ahead, 1, c0, n);
             add_vf_group(s, ld, j, 1, c0, n, qh, kh, a, at, v, gate, bf16, f, sums);
             o[j] = c0 ? o[j] + sums[0] : sums[0];
         }

@@ -994,7 +994,7 @@ LA_INLINE void delta_vfirst_update2(const void *from, void *s, const int64_t *ro
  * 5 interleaved rows took a V-first float32 decode step of 4 heads in L2
  * from 7.4 to 6.5 us. */
 LA_INLINE void delta_vfirst_dot(const void *s, const int64_t *row, int bf16, int R, int by_row,
-                                const float *kn, int64_t dk, la_vf acc[][2])
+                                const float *kn, int64_t dk, rows_fetch *fetch, la_vf acc[][2])
 {
     const int64_t dkw = dk / LA_VW * LA_VW;
     for (int r = 0; r < R; r++)
@@ -1006,38 +1006,49 @@ LA_INLINE void delta_vfirst_dot(const void *s, const int64_t *row, int bf16, int
         acc[r][1] = vf_fma(vf_load_row_paired(s, row[r] + c, 1, bf16), vf_load(kn + c + LA_VW),   \
                            acc[r][1]);                                                            \
     }
-    if (by_row)
-        for (int q = 0; q < R; q++)
+    /* the fetches outside the loops that index acc, so that those unroll
+     * with acc in registers */
+    if (by_row) {
+        for (int q = 0; q < R; q++) {
+            rows_fetch_step(fetch, (int)(dkw / LA_VW / 2 * 2));
             for (int64_t c = 0; c + 2 * LA_VW <= dkw; c += 2 * LA_VW)
                 DOT_PAIRS(q, q + 1)
-    else
-        for (int64_t c = 0; c + 2 * LA_VW <= dkw; c += 2 * LA_VW)
+        }
+    } else {
+        for (int64_t c = 0; c + 2 * LA_VW <= dkw; c += 2 * LA_VW) {
+            rows_fetch_step(fetch, 2 * R);
             DOT_PAIRS(0, R)
+        }
+    }
 #undef DOT_PAIRS
     int64_t c = dkw / (2 * LA_VW) * (2 * LA_VW);
     if (c < dkw) {
+        rows_fetch_step(fetch, R);
         for (int r = 0; r < R; r++)
             acc[r][0] = vf_fma(vf_load_row(s, row[r] + c, LA_VW, bf16), vf_load(kn + c), acc[r][0]);
         c += LA_VW;
     }
-    if (c < dk) /* kn is padded with zeros; the row is not */
+    if (c < dk) { /* kn is padded with zeros; the row is not */
+        rows_fetch_step(fetch, R);
         for (int r = 0; r < R; r++)
             acc[r][1] =
                 vf_fma(vf_load_row(s, row[r] + c, dk - c, bf16), vf_load(kn + c), acc[r][1]);
+    }
 }
 
 /* The coefficients u of token i (features at qh) for rows r < R of a
- * group: u_r = beta (v_j+r - a S_j+r . kn). by_row: see delta_vfirst_dot. */
+ * group: u_r = beta (v_j+r - a S_j+r . kn). by_row: see delta_vfirst_dot;
+ * fetch: the stream beside the group's loads (base NULL: none). */
 LA_INLINE void delta_vfirst_u(const la_head *h, const void *s, const int64_t *row, int bf16, int R,
                               int by_row, int64_t j, int64_t t, const float *qh, int64_t dkp,
-                              la_gate gate, float u[4])
+                              la_gate gate, rows_fetch fetch, float u[4])
 {
     const float *a = qh + 2 * dkp, *kn = qh + 3 * dkp;
     la_vf acc[VFIRST_ROWS][2];
     if (by_row)
-        delta_vfirst_dot(s, row, bf16, R, 1, kn, h->dk, acc);
+        delta_vfirst_dot(s, row, bf16, R, 1, kn, h->dk, &fetch, acc);
     else
-        delta_vfirst_dot(s, row, bf16, R, 0, kn, h->dk, acc);
+        delta_vfirst_dot(s, row, bf16, R, 0, kn, h->dk, &fetch, acc);
     la_vf sum[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
     for (int r = 0; r < R; r++)
         sum[r] = vf_add(acc[r][0], acc[r][1]);
@@ -1091,7 +1102,8 @@ LA_INLINE void delta_vfirst_rows(const la_head *h, const void *from, void *s, in
         const float *qh = f + i * DELTA_FEATURES * dkp;
         const void *in = i == 0 ? from : s;
         float u[4];
-        delta_vfirst_u(h, in, row, bf16, R, i == 0, j, t0 + i, qh, dkp, gate, u);
+        const rows_fetch none = {0, 0, 0, 0};
+        delta_vfirst_u(h, in, row, bf16, R, i == 0, j, t0 + i, qh, dkp, gate, none, u);
         delta_vfirst_apply(h, in, s, row, bf16, R, j, t0 + i, qh, dkp, gate, u);
     }
 }
@@ -1120,44 +1132,42 @@ enum { VFIRST_READ_AHEAD_BYTES = LA_VFIRST_READ_AHEAD_BYTES, VFIRST_MAX_GROUPS =
 #define LA_VFIRST_PREFETCH_TO 1
 #endif
 
-/* One token on columns [j, j + ng * VFIRST_ROWS): the dot products of all
- * the groups first (a read-only stream from memory, in address order when
- * the columns are adjacent, many lines in flight), then their updates.
- * Each group's dot product and update in turn kept few lines in flight, so
- * the step waited on memory. Each column's arithmetic is
+/* One token on columns [j, j + ng * VFIRST_ROWS) of the unit's [j0, j0 +
+ * nj): the dot products of all the groups first (a read-only stream from
+ * memory, many lines in flight), then their updates. Each group's dot
+ * product and update in turn kept few lines in flight, so the step waited
+ * on memory. The dot products fetch the rows ahead in address order
+ * (rows_fetch), past the unit's last row the next state's (la_head.s_next)
+ * first rows of these columns: the next state's rows fetched in bursts
+ * as each group's were read, as the K-first step does, kept a V-first
+ * pool's decode at 0.43 of the bound where the stream alone reached 0.69
+ * (Zen 5, docs/kernels.md). Each column's arithmetic is
  * delta_vfirst_rows', so the results do not depend on ng. */
 LA_INLINE void delta_vfirst_token(const la_head *h, const void *from, void *s, int bf16, int64_t j,
-                                  int64_t ng, const float *qh, int64_t dkp, int64_t t,
-                                  la_gate gate)
+                                  int64_t ng, int64_t j0, int64_t nj, const float *qh,
+                                  int64_t dkp, int64_t t, la_gate gate)
 {
     float u[VFIRST_MAX_GROUPS][4];
     int64_t row[VFIRST_MAX_GROUPS][VFIRST_ROWS];
-    const int64_t es = bf16 ? 2 : 4;
-    /* the next state's rows of these columns (laid out as this one,
-     * la_head.s_next), fetched over both passes as the K-first step does:
-     * group g's at pass step 2g, the dot products' steps first */
+    const int64_t es = bf16 ? 2 : 4, ahead = rows_fetch_ahead(h->s_vld * es, VFIRST_ROWS);
     const void *next = h->s_next;
-#define FETCH_NEXT(step)                                                                          \
-    if (next && !((step) & 1))                                                                    \
-        for (int r = 0; r < VFIRST_ROWS; r++)                                                     \
-            state_fetch(next, (j + (step) / 2 * VFIRST_ROWS + r) * h->s_vld, h->dk, es);
     for (int64_t g = 0; g < ng; g++) {
-        FETCH_NEXT(g)
         for (int r = 0; r < VFIRST_ROWS; r++)
             row[g][r] = (j + g * VFIRST_ROWS + r) * h->s_vld;
+        /* the unit's rows [j0, j0 + nj) in address order, then the next
+         * state's (rows_fetch) */
+        const rows_fetch fetch = rows_fetch_for(from, next, h->s_vld, es, j0, j0 + nj,
+                                                j + g * VFIRST_ROWS + ahead, VFIRST_ROWS, 0, h->dk);
         delta_vfirst_u(h, from, row[g], bf16, VFIRST_ROWS, !h->vfirst_dot_interleave,
-                       j + g * VFIRST_ROWS, t, qh, dkp, gate, u[g]);
+                       j + g * VFIRST_ROWS, t, qh, dkp, gate, fetch, u[g]);
         if (LA_VFIRST_PREFETCH_TO && from != s) /* the rows the update will write */
             for (int r = 0; r < VFIRST_ROWS; r++)
                 for (int64_t b = 0; b < h->dk * es; b += 64)
                     __builtin_prefetch((char *)s + row[g][r] * es + b, 1, 3);
     }
-    for (int64_t g = 0; g < ng; g++) {
-        FETCH_NEXT(ng + g)
+    for (int64_t g = 0; g < ng; g++)
         delta_vfirst_apply(h, from, s, row[g], bf16, VFIRST_ROWS, j + g * VFIRST_ROWS, t, qh, dkp,
                            gate, u[g]);
-    }
-#undef FETCH_NEXT
 }
 
 LA_INLINE void delta_vfirst_gate(const la_head *h, const void *from, void *s, int bf16, int64_t j0,
@@ -1173,7 +1183,7 @@ LA_INLINE void delta_vfirst_gate(const la_head *h, const void *from, void *s, in
         per = per < 1 ? 1 : per > VFIRST_MAX_GROUPS ? VFIRST_MAX_GROUPS : per;
         while (j + VFIRST_ROWS <= j0 + nj) {
             const int64_t left = (j0 + nj - j) / VFIRST_ROWS, ng = left < per ? left : per;
-            delta_vfirst_token(h, from, s, bf16, j, ng, f, dkp, t0, gate);
+            delta_vfirst_token(h, from, s, bf16, j, ng, j0, nj, f, dkp, t0, gate);
             j += ng * VFIRST_ROWS;
         }
     } else {

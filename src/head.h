@@ -57,8 +57,9 @@ typedef struct la_head {
      * passes fetch rows into L2 while they work on this state, so that
      * memory is not idle then: K-first, the next column tile of this
      * state, after the last tile s_next's first (delta_recurrent hands
-     * each tile those rows, at their column 0); V-first, s_next's rows of
-     * the columns worked on; additive K-first, each row of the sweep that
+     * each tile those rows, at their column 0); V-first, s_next's first
+     * rows of the columns worked on, as the fetches ahead of the dot
+     * products run past the unit's last row; additive K-first, each row of the sweep that
      * row of s_next (where the table fetches); additive V-first, s_next's
      * first rows, as the fetches 8 KiB ahead of the sweep run past its
      * last row */

@@ -18,6 +18,68 @@ LA_INLINE void state_fetch(const void *state, int64_t at, int64_t n, int64_t es)
         __builtin_prefetch(p + b, 0, 2);
 }
 
+/* A prefetch stream in address order beside a sweep whose loads visit a
+ * group of rows chunk by chunk (a V-first state's rows: four of them,
+ * a line of each in turn), an order the hardware prefetchers do not
+ * follow (Zen 5: a bare read-modify-write loop in that order over 512-byte
+ * rows ran at 0.35 of the same loop in address order from memory). Each
+ * step of the group fetches the next line of the rows ROWS_FETCH_AHEAD
+ * bytes on, in address order, into L1: that loop then ran at 0.9 of the
+ * sequential one, the same fetches in the loads' order at 0.6, and into
+ * L2 alone (prefetcht1) at 0.8 (docs/kernels.md). */
+#ifndef ROWS_FETCH_AHEAD /* a variant build may set it, to measure */
+#define ROWS_FETCH_AHEAD 8192
+#endif
+
+typedef struct {
+    uintptr_t line, end; /* the next line to fetch; the end of the rows */
+    uintptr_t at;        /* as far as the group's steps have come */
+    uintptr_t step;      /* bytes a vector of the group moves it on */
+} rows_fetch;
+
+/* How many rows of row_bytes the streams run ahead: whole groups of R,
+ * so that the streams of successive groups run on in address order. */
+LA_INLINE int64_t rows_fetch_ahead(int64_t row_bytes, int R)
+{
+    return (ROWS_FETCH_AHEAD + R * row_bytes - 1) / (R * row_bytes) * R;
+}
+
+/* The stream of a group of R rows (row stride ld, es bytes an element)
+ * that fetches elements [c0, c0 + n) of the rows from `row` on: rows of s
+ * in [lo, hi), and past hi those of next (laid out as s, or NULL) as many
+ * rows on from lo. Spread evenly over the group's steps, a vector of a
+ * row each; nothing past the rows. */
+LA_INLINE rows_fetch rows_fetch_for(const void *s, const void *next, int64_t ld, int64_t es,
+                                    int64_t lo, int64_t hi, int64_t row, int R, int64_t c0,
+                                    int64_t n)
+{
+    rows_fetch f = {0, 0, 0, 0};
+    const char *base = (const char *)s;
+    if (row >= hi) {
+        row = lo + row - hi;
+        base = (const char *)next;
+    }
+    if (!base || row >= hi)
+        return f;
+    const int64_t rows = hi - row < R ? hi - row : R;
+    const int64_t bytes = ((rows - 1) * ld + n) * es, steps = R * ((n + LA_VW - 1) / LA_VW);
+    f.at = (uintptr_t)(base + (row * ld + c0) * es);
+    f.line = f.at & ~(uintptr_t)63;
+    f.end = f.at + (uintptr_t)bytes;
+    f.step = (uintptr_t)((bytes + steps - 1) / steps);
+    return f;
+}
+
+/* A step of the group over `vectors` vectors (of its rows together): the
+ * lines the stream has come to. Called once a step, outside the loop over
+ * the rows, so that loop still unrolls with its sums in registers. */
+LA_INLINE void rows_fetch_step(rows_fetch *f, int vectors)
+{
+    f->at += f->step * (uintptr_t)vectors;
+    for (; f->line < f->at && f->line < f->end; f->line += 64)
+        __builtin_prefetch((const void *)f->line, 0, 3);
+}
+
 /* n lanes (LA_VW or fewer, the rest 0) at element off of x: float, or
  * bfloat16 widened (exact). bf16 is a constant at every call site. */
 LA_INLINE la_vf vf_load_row(const void *x, int64_t off, int64_t n, int bf16)

@@ -221,22 +221,23 @@ static size_t pack_bytes_avx512(int64_t chunk, int64_t dk, int64_t dv)
  * in pairs, as on the Xeon, T = 4096 went from 0.56 to 0.70, T = 256 0.58
  * -> 0.72, B = 8 T = 32 0.55 -> 0.68, dk = 64 0.50 -> 0.60 (4-5 rounds,
  * each range within 0.03). */
-/* What the Zen 4 and Zen 5 entries share. The read-ahead: 36 layers
- * through V-first pools on Zen 4, one thread, quiet machine, 5-6 rounds:
- * B = 8 0.72-0.75 of the bound at 64 KiB, 0.80-0.83 at 8, 0.83-0.88 at 16;
- * B = 1 medians 0.64, 0.70, 0.75. */
+/* What the Zen 4 and Zen 5 entries share. */
 #define TUNING_AVX512_ZEN                                                                        \
     .additive_chunked_above_dk = {LA_TUNE_NEVER, LA_TUNE_NEVER, LA_TUNE_NEVER},                  \
     .additive_chunk = {{16, 16, 16}, {32, 32, 32}}, LA_DELTA_TUNING_ZEN4,                        \
     .delta_pack_from_T = 16, .delta_pack_columns = 32, .delta_pair_from_T = {2, 2, 2},           \
-    .additive_pack_from_T = LA_TUNE_NEVER, .additive_quad_from_T = {4, 4, 4},                    \
-    .delta_vfirst_read_ahead = 16 << 10
+    .additive_pack_from_T = LA_TUNE_NEVER, .additive_quad_from_T = {4, 4, 4}
 
 static const la_tuning tuning_avx512[] = {
     {
         .uarch = LA_UARCH_ZEN4,
         TUNING_AVX512_ZEN,
         .delta_pair_below_T = {16, 0, 0},
+        /* 36 layers through V-first pools, one thread, quiet machine, 5-6
+         * rounds: B = 8 0.72-0.75 of the bound at 64 KiB, 0.80-0.83 at 8,
+         * 0.83-0.88 at 16; B = 1 medians 0.64, 0.70, 0.75 (before the
+         * dot products fetched in address order) */
+        .delta_vfirst_read_ahead = 16 << 10,
     },
     {
         .uarch = LA_UARCH_ZEN5, /* pairs without a gate at every length */
@@ -245,6 +246,13 @@ static const la_tuning tuning_avx512[] = {
          * layer row after row -> interleaved: float32 B = 1 137 -> 108,
          * B = 8 1304 -> 1060; bfloat16 100 -> 65, 1041 -> 696 */
         .delta_vfirst_dot_interleave = 1,
+        /* the same, float32, 5 rounds, fraction of the bound, B = 1 / 8,
+         * with the dot products' fetches in address order: 2 KiB 0.85 /
+         * 0.88, 4 KiB 0.73 / 0.77, 8 KiB 0.69 / 0.76, 16 KiB 0.58 / 0.72
+         * (0.80 / 0.80 against 0.62 / 0.71 in another run); bfloat16 4
+         * KiB 0.50 / 0.60 against 0.43 / 0.57 at 16 and 0.37 / 0.61 at 2;
+         * in L2 4 KiB level with 16, 2 KiB 10% slower */
+        .delta_vfirst_read_ahead = 4 << 10,
         /* 36 layers of bfloat16 K-first states, fraction of the bound,
          * spread -> in the sweep: B = 1 0.41-0.45 -> 0.52-0.56, B = 8
          * 0.66-0.70 -> 0.73-0.76 (float32 states keep it spread: B = 8

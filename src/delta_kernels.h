@@ -1038,7 +1038,7 @@ LA_INLINE void delta_vfirst_dot(const void *s, const int64_t *row, int bf16, int
 
 /* The coefficients u of token i (features at qh) for rows r < R of a
  * group: u_r = beta (v_j+r - a S_j+r . kn). by_row: see delta_vfirst_dot;
- * fetch: the stream beside the group's loads (base NULL: none). */
+ * fetch: the stream beside the group's loads (none: all zeros). */
 LA_INLINE void delta_vfirst_u(const la_head *h, const void *s, const int64_t *row, int bf16, int R,
                               int by_row, int64_t j, int64_t t, const float *qh, int64_t dkp,
                               la_gate gate, rows_fetch fetch, float u[4])

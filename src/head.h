@@ -59,10 +59,10 @@ typedef struct la_head {
      * state, after the last tile s_next's first (delta_recurrent hands
      * each tile those rows, at their column 0); V-first, s_next's first
      * rows of the columns worked on, as the fetches ahead of the dot
-     * products run past the unit's last row; additive K-first, each row of the sweep that
-     * row of s_next (where the table fetches); additive V-first, s_next's
-     * first rows, as the fetches 8 KiB ahead of the sweep run past its
-     * last row */
+     * products run past the unit's last row; additive K-first, each row
+     * of the sweep that row of s_next (where the table fetches); additive
+     * V-first, s_next's first rows, as the fetches ahead of the sweep run
+     * past its last row */
     const void *s_next;
     /* delta recurrent only, one-token calls on a float K-first state:
      * with step_acc_in, step_acc holds S^T kn of the tile about to be

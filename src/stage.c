@@ -176,13 +176,12 @@ void la_stage_in_parts(const la_stage_ops *ops, const la_source *s, int64_t t0, 
         for (int64_t i = 0; i < n && kv; i++)
             p.g[i] = s->g[(t0 + i) * s->g_ts];
         if (kv)
-            ops->gate(s->gate_act, p.g, s->dt_bias, 0, n, s->a_exp, s->lower_bound);
+            ops->gate(s->gate_act, p.g, p.g, s->dt_bias, 0, n, s->a_exp, s->lower_bound);
         h->g = p.g, h->g_ts = 1;
     } else {
-        for (int64_t i = 0; i < n && kv; i++) {
-            memcpy(p.g + i * dk, s->g + (t0 + i) * s->g_ts, (size_t)dk * sizeof(float));
-            ops->gate(s->gate_act, p.g + i * dk, s->dt_bias, 1, dk, s->a_exp, s->lower_bound);
-        }
+        for (int64_t i = 0; i < n && kv; i++)
+            ops->gate(s->gate_act, s->g + (t0 + i) * s->g_ts, p.g + i * dk, s->dt_bias, 1, dk,
+                      s->a_exp, s->lower_bound);
         h->g = p.g, h->g_ts = dk;
     }
     if (s->beta == NULL) {

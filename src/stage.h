@@ -44,11 +44,13 @@ typedef struct la_stage_ops {
      * l2norm, else the identity) */
     void (*features)(linattn_dtype t, const void *x, int64_t dk, linattn_phi phi, int l2norm,
                      float *out);
-    /* g[i] = act(g[i] + bias[i * bias_step]) in place (bias NULL: 0), with
-     * a_exp = exp(A_log) and the bounded sigmoid's lower bound; clamped to
-     * [LA_G_RESET, 0] as the kernels clamp a caller's log-decay */
-    void (*gate)(linattn_gate_act act, float *g, const float *bias, int64_t bias_step, int64_t n,
-                 float a_exp, float lower_bound);
+    /* g[i] = act(a[i] + bias[i * bias_step]) (bias NULL: 0; a may be g),
+     * with a_exp = exp(A_log) and the bounded sigmoid's lower bound;
+     * clamped to [LA_G_RESET, 0] as the kernels clamp a caller's log-decay.
+     * A channel gate's row is read from the caller's tensor, not copied
+     * first (in a profile the copy was a third of the activation's cost). */
+    void (*gate)(linattn_gate_act act, const float *a, float *g, const float *bias,
+                 int64_t bias_step, int64_t n, float a_exp, float lower_bound);
     /* b[i] = act(b[i]) in place */
     void (*beta)(linattn_beta_act act, float *b, int64_t n);
     /* Transposes between a state pool and the kernels' float tile:

@@ -9,7 +9,7 @@
  *   vf_narrow2_bf16(p, lo, hi)             2 LA_VW floats, lo then hi, the
  *                                          same way (one store where the
  *                                          ISA can: state_rows.h)
- *   vf_sigmoid(x) vf_softplus(x)           for finite x
+ *   vf_sigmoid(x)                          for finite x
  *   vf_transpose(r)                        LA_VW vectors r[0..LA_VW) as a
  *                                          tile, transposed in registers
  *   vf_flag_outside(flags, x, lo, hi)      flags with the lanes set where
@@ -136,10 +136,39 @@ static void stage_features(linattn_dtype t, const void *x, int64_t dk, linattn_p
     }
 }
 
+/* log(1 + t) for t in [0, 1], the same algorithm on every table. With
+ * s = t / (2 + t), log(1 + t) = 2 atanh(s) = 2s + s R(s^2), where
+ * R(z) = 2z/3 + 2z^2/5 + ... + 2z^7/15 (z <= 1/9: the first term left out
+ * is below 2^-29 of the result), and 2s = t - ts, so log(1 + t) =
+ * t - s (t - R): t, exact, leads and the roundings sit in the smaller
+ * term. Every float in [0, 1] checked against double: at most 1.06 ulp,
+ * as SLEEF's log1p (1 ulp) was, in a third of its instructions and with
+ * no call per vector (docs/kernels.md: KDA's gate, 4 Mi values a call). */
+LA_INLINE la_vf stage_log1p_unit(la_vf t)
+{
+    const la_vf s = vf_div(t, vf_add(vf_set1(2.0f), t)), z = vf_mul(s, s);
+    la_vf r = vf_fma(vf_set1(2.0f / 15.0f), z, vf_set1(2.0f / 13.0f));
+    r = vf_fma(r, z, vf_set1(2.0f / 11.0f));
+    r = vf_fma(r, z, vf_set1(2.0f / 9.0f));
+    r = vf_fma(r, z, vf_set1(2.0f / 7.0f));
+    r = vf_fma(r, z, vf_set1(2.0f / 5.0f));
+    r = vf_fma(r, z, vf_set1(2.0f / 3.0f));
+    return vf_fma(s, vf_sub(vf_mul(r, z), t), t);
+}
+
+/* log(1 + e^x) = max(x, 0) + log1p(e^-|x|) for finite x; x - 2 max(x, 0)
+ * is -|x| exactly. e^-|x| is 0 below e^-80 (vf_decay): an absolute error
+ * under 2e-35. */
+LA_INLINE la_vf stage_softplus(la_vf x)
+{
+    const la_vf pos = vf_phi(LINATTN_PHI_RELU, x);
+    return vf_add(pos, stage_log1p_unit(vf_decay(vf_sub(x, vf_add(pos, pos)))));
+}
+
 LA_INLINE la_vf stage_gate_one(linattn_gate_act act, la_vf x, la_vf a_exp, la_vf lb)
 {
     /* softplus: -exp(A_log) softplus(x); bounded: lb sigmoid(exp(A_log) x) */
-    return act == LINATTN_GATE_ACT_SOFTPLUS ? vf_mul(vf_sub(vf_zero(), a_exp), vf_softplus(x))
+    return act == LINATTN_GATE_ACT_SOFTPLUS ? vf_mul(vf_sub(vf_zero(), a_exp), stage_softplus(x))
                                             : vf_mul(lb, vf_sigmoid(vf_mul(a_exp, x)));
 }
 
@@ -150,15 +179,15 @@ static float stage_clamp_gate(float g)
     return g < LA_G_RESET ? LA_G_RESET : g < 0.0f ? g : 0.0f;
 }
 
-static void stage_gate(linattn_gate_act act, float *g, const float *bias, int64_t bias_step,
-                       int64_t n, float a_exp, float lower_bound)
+static void stage_gate(linattn_gate_act act, const float *a, float *g, const float *bias,
+                       int64_t bias_step, int64_t n, float a_exp, float lower_bound)
 {
     const la_vf ae = vf_set1(a_exp), lb = vf_set1(lower_bound);
     const int per_elem = bias && bias_step != 0;
     const la_vf b0 = vf_set1(bias && !per_elem ? bias[0] : 0.0f);
     for (int64_t i = 0; i < n; i += LA_VW) {
         const int64_t w = n - i; /* the last vector: its first w lanes */
-        la_vf x = vf_loadn(g + i, w);
+        la_vf x = vf_loadn(a + i, w);
         x = vf_add(x, per_elem ? vf_loadn(bias + i, w) : b0);
         vf_storen(g + i, stage_gate_one(act, x, ae, lb), w);
     }

@@ -286,7 +286,7 @@ static double gate_ref(linattn_gate_act act, float a, float bias, float a_exp, f
 /* gate: |g - ref| <= 1e-5 max(1, |ref|): an error e in a log-decay is a
  * relative error e in the decay factor, so it is the absolute error that
  * matters, and 1e-5 is 20x below the whole-call bound (measured 2-3e-7:
- * SLEEF's exp and log1p, 1 ulp each, and the product with exp(A_log)). */
+ * the exp and log1p, about 1 ulp each, and the product with exp(A_log)). */
 #define TOL_GATE 1e-5
 /* beta: |b - ref| <= 2e-6 (b in [0, 2]; measured 1.8e-7) */
 #define TOL_BETA 2e-6
@@ -309,11 +309,14 @@ START_TEST(gate_and_beta_against_double)
                         a[i] =
                             i % 11 == 5 ? rand_uniform(-90.0f, 90.0f) : rand_uniform(-6.0f, 6.0f);
                         bias[i] = rand_uniform(-2.0f, 2.0f);
-                        g[i] = a[i];
+                        g[i] = rep % 2 ? NAN : a[i]; /* odd reps: g written, not read */
                     }
                     g[n] = 555.0f;
-                    ops->gate((linattn_gate_act)act, g, bmode ? bias : NULL, bmode == 2, n, a_exp,
-                              lb);
+                    /* in place (the token gate's way) and from a row of the
+                     * caller's (the channel gate's) */
+                    const float *src = rep % 2 ? a : g;
+                    ops->gate((linattn_gate_act)act, src, g, bmode ? bias : NULL, bmode == 2, n,
+                              a_exp, lb);
                     ck_assert(g[n] == 555.0f);
                     for (int64_t i = 0; i < n; i++) {
                         const float bi = bmode == 0 ? 0.0f : bmode == 1 ? bias[0] : bias[i];
@@ -347,6 +350,35 @@ START_TEST(gate_and_beta_against_double)
         }
     printf("gate: worst %.3g (bound %g); beta: worst %.3g (bound %g)\n", worst_g, TOL_GATE,
            worst_b, TOL_BETA);
+}
+END_TEST
+
+/* softplus alone (A_log = 0, no bias: g = -softplus(x)) against double, in
+ * units of 2^-24 |ref|: e^-|x| is within 1 ulp plus 1.25 |x| units (a
+ * table that takes it as 2^(-|x| log2 e) rounds the product, and log2 e
+ * as a float is 0.22 units off) and the log1p within 1.06 ulp
+ * (stage_kernels.h), so 4 + 1.25 |x| bounds every table; x every 1/256
+ * over [-80, 80], where e^-|x| is not flushed to 0. */
+START_TEST(softplus_within_ulps)
+{
+    const la_stage_ops *ops = stage();
+    enum { N = 160 * 256 + 1 };
+    float *x = malloc(N * sizeof(float)), *g = malloc(N * sizeof(float));
+    ck_assert(x && g);
+    for (int i = 0; i < N; i++)
+        x[i] = -80.0f + (float)i / 256.0f;
+    ops->gate(LINATTN_GATE_ACT_SOFTPLUS, x, g, NULL, 0, N, 1.0f, 0.0f);
+    double worst = 0, worst_x = 0; /* the largest share of the bound */
+    for (int i = 0; i < N; i++) {
+        const double ref = -softplus_d(x[i]), units = fabs(g[i] - ref) / (ldexp(fabs(ref), -24));
+        if (units / (4.0 + 1.25 * fabs(x[i])) > worst / (4.0 + 1.25 * fabs(worst_x)))
+            worst = units, worst_x = x[i];
+        ck_assert_msg(units <= 4.0 + 1.25 * fabs(x[i]), "softplus(%.9g) = %.9g, want %.9g (%.2f units)",
+                      (double)x[i], -(double)g[i], -ref, units);
+    }
+    printf("softplus: worst %.2f x 2^-24 |ref| at x = %g (bound 4 + 1.25 |x|)\n", worst, worst_x);
+    free(x);
+    free(g);
 }
 END_TEST
 
@@ -1278,6 +1310,7 @@ static Suite *dtypes_suite(const la_table *t)
     tcase_add_loop_test(ops, narrow_hard_floats, 0, 2);
     tcase_add_test(ops, features_against_double);
     tcase_add_test(ops, gate_and_beta_against_double);
+    tcase_add_test(ops, softplus_within_ulps);
     suite_add_tcase(s, ops);
 
     TCase *calls = tcase_create("calls");

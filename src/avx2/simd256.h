@@ -246,12 +246,6 @@ LA_INLINE la_vf vf_sigmoid(la_vf x)
     return _mm256_blendv_ps(_mm256_mul_ps(e, r), r,
                             _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
 }
-/* log(1 + e^x) = max(x, 0) + log1p(e^-|x|); x finite. */
-LA_INLINE la_vf vf_softplus(la_vf x)
-{
-    const __m256 e = exp8(_mm256_or_ps(x, _mm256_set1_ps(-0.0f)));
-    return _mm256_add_ps(_mm256_max_ps(x, _mm256_setzero_ps()), Sleef_log1pf8_u10avx2(e));
-}
 
 /* flags with the lanes set (all bits) where x is NaN or outside [lo, hi]. */
 LA_INLINE la_vf vf_flag_outside(la_vf flags, la_vf x, la_vf lo, la_vf hi)

@@ -1,5 +1,5 @@
 /* The input stage on AVX2: stage_kernels.h over this folder's vocabulary
- * (F16C for float16, integer shifts for bfloat16, SLEEF's exp and log1p). */
+ * (F16C for float16, integer shifts for bfloat16, SLEEF's exp). */
 #include "../table.h"
 #include "simd256.h"
 

@@ -245,14 +245,6 @@ LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x)
                          _mm256_cvtps_ph(_mm256_loadu_ps(t + i),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-LA_INLINE la_vf la_log1p(la_vf x)
-{
-    float t[16];
-    _mm512_storeu_ps(t, x);
-    for (int i = 0; i < 16; i += 8)
-        _mm256_storeu_ps(t + i, Sleef_log1pf8_u10avx2(_mm256_loadu_ps(t + i)));
-    return _mm512_loadu_ps(t);
-}
 #else
 /* Each 16-bit word to the top half of its lane with one zero-masked word
  * permute, not a zero extension and a shift: the bfloat16 step on Zen 4
@@ -352,7 +344,6 @@ LA_INLINE void vf_narrow_f16(uint16_t *p, la_vf x)
     _mm256_storeu_si256((__m256i *)p,
                         _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-LA_INLINE la_vf la_log1p(la_vf x) { return Sleef_log1pf16_u10avx512f(x); }
 #endif
 /* 1 / (1 + e^-x) from e^-|x| (never overflows); x finite. */
 LA_INLINE la_vf vf_sigmoid(la_vf x)
@@ -362,12 +353,6 @@ LA_INLINE la_vf vf_sigmoid(la_vf x)
     const __m512 r = _mm512_div_ps(one, _mm512_add_ps(one, e));
     return _mm512_mask_mov_ps(_mm512_mul_ps(e, r),
                               _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), r);
-}
-/* log(1 + e^x) = max(x, 0) + log1p(e^-|x|); x finite. */
-LA_INLINE la_vf vf_softplus(la_vf x)
-{
-    const __m512 e = la_exp_raw(_mm512_min_ps(x, _mm512_sub_ps(_mm512_setzero_ps(), x)));
-    return _mm512_add_ps(_mm512_max_ps(x, _mm512_setzero_ps()), la_log1p(e));
 }
 
 /* flags with the lanes set (to 1) where x is NaN or outside [lo, hi]. */

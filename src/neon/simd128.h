@@ -172,12 +172,6 @@ LA_INLINE la_vf vf_sigmoid(la_vf x)
     const float32x4_t r = vdivq_f32(one, vaddq_f32(one, e));
     return vbslq_f32(vcgeq_f32(x, vdupq_n_f32(0.0f)), r, vmulq_f32(e, r));
 }
-/* log(1 + e^x) = max(x, 0) + log1p(e^-|x|); x finite. */
-LA_INLINE la_vf vf_softplus(la_vf x)
-{
-    const float32x4_t e = exp4(vnegq_f32(vabsq_f32(x)));
-    return vaddq_f32(vmaxq_f32(x, vdupq_n_f32(0.0f)), Sleef_log1pf4_u10advsimd(e));
-}
 
 /* flags with the lanes set (all bits) where x is NaN or outside [lo, hi]. */
 LA_INLINE la_vf vf_flag_outside(la_vf flags, la_vf x, la_vf lo, la_vf hi)

@@ -1,5 +1,5 @@
 /* The input stage on NEON: stage_kernels.h over this folder's vocabulary
- * (FCVT for float16, shifts for bfloat16, SLEEF's exp and log1p). */
+ * (FCVT for float16, shifts for bfloat16, SLEEF's exp). */
 #include "../table.h"
 #include "simd128.h"
 

@@ -70,7 +70,6 @@ LA_INLINE la_vf vf_sigmoid(la_vf x)
     const float e = expf(-fabsf(x)), r = 1.0f / (1.0f + e);
     return x >= 0.0f ? r : e * r;
 }
-LA_INLINE la_vf vf_softplus(la_vf x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
 
 /* flags, or 1 where x is NaN or outside [lo, hi]. */
 LA_INLINE la_vf vf_flag_outside(la_vf flags, la_vf x, la_vf lo, la_vf hi)

@@ -1,5 +1,5 @@
 /* The input stage on the portable table: stage_kernels.h over the one-lane
- * vocabulary (half.h's conversions, libm's exp and log1p). */
+ * vocabulary (half.h's conversions, libm's exp). */
 #include "../table.h"
 #include "simd1.h"
 

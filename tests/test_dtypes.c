@@ -373,8 +373,9 @@ START_TEST(softplus_within_ulps)
         const double ref = -softplus_d(x[i]), units = fabs(g[i] - ref) / (ldexp(fabs(ref), -24));
         if (units / (4.0 + 1.25 * fabs(x[i])) > worst / (4.0 + 1.25 * fabs(worst_x)))
             worst = units, worst_x = x[i];
-        ck_assert_msg(units <= 4.0 + 1.25 * fabs(x[i]), "softplus(%.9g) = %.9g, want %.9g (%.2f units)",
-                      (double)x[i], -(double)g[i], -ref, units);
+        ck_assert_msg(units <= 4.0 + 1.25 * fabs(x[i]),
+                      "softplus(%.9g) = %.9g, want %.9g (%.2f units)", (double)x[i],
+                      -(double)g[i], -ref, units);
     }
     printf("softplus: worst %.2f x 2^-24 |ref| at x = %g (bound 4 + 1.25 |x|)\n", worst, worst_x);
     free(x);

@@ -475,6 +475,7 @@ typedef struct {
     size_t zbytes;         /* per head: zz (2 dk floats) */
     size_t pbytes;         /* per head: the packed copy of its columns (0: none) */
     int quads;             /* tokens four at a time (tuning.h) */
+    int64_t fetch_tokens;  /* tuning.h: additive_fetch_tokens */
     size_t per_thread;     /* group x (w, zz, la_head, la_source), features, inv (block floats),
                             * the stage's panels of a block */
     unsigned char *ws;
@@ -506,6 +507,7 @@ static void rec_unit(const rec_job *j, int64_t unit, int tid)
         la_head *h = HEAD(g);
         *h = head_base(c);
         h->quad_tokens = j->quads;
+        h->fetch_tokens = j->fetch_tokens;
         *SRC(g) = la_source_at(c, i0 + g); /* once per head, not per block */
         bind(h, c, i0 + g, mine + per_head * (size_t)g, &j->w, 0);
         if (h->z && j->z_start)
@@ -587,6 +589,7 @@ static void rec_setup(rec_job *j, const la_kernels *kern, const la_call *c, int 
     }
     j->block = BLOCK < c->T ? BLOCK : c->T;
     j->quads = c->T >= kern->additive_tuning->additive_quad_from_T[c->gate];
+    j->fetch_tokens = kern->additive_tuning->additive_fetch_tokens;
     j->fbytes = la_size_up64(ops->feature_bytes(j->block, c->dk, c->dv));
     j->zbytes = la_size_floats(2 * (size_t)c->dk);
     j->pbytes = ops->pack && c->T >= kern->additive_tuning->additive_pack_from_T

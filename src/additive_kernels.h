@@ -133,6 +133,49 @@ LA_INLINE void add_copy_row(float *dst, const float *src, int64_t n)
         vf_storen(dst + c, vf_loadn(src + c, n - c), n - c);
 }
 
+/* Fetching ahead (la_head.fetch_tokens, from the tuning entry). With F =
+ * fetch_tokens > 0 each loop fetches the rows it will read F tokens ahead
+ * of the token it is at: the features loop q, k and a channel gate's g
+ * (and v where it copies v into its panel), the sweep of a tile v and the
+ * unit's columns of o, for writing (add_fetch_ahead, from the first
+ * sub-tile, a quad's or a pair's worth at a time), so that a block's
+ * fetches are spread over both loops. With 0 the features loop fetches
+ * the next block's q, k and v rows (one block ahead) and
+ * the sweep the next block's o rows at its start, as the Xeon's and Zen
+ * 4's entries keep it (fetches spread over the sweeps measured slower
+ * there; eight tokens ahead is Zen 5's: docs/kernels.md). */
+typedef struct {
+    const la_head *h;
+    int64_t t, end; /* the next token to fetch, and one past the last */
+    int64_t j0, nj; /* the unit's columns of o (and of v) */
+    int v;          /* 1: v too (the sweep reads it in place) */
+} add_ahead;
+
+/* The cursor of the sweeps of a block of n tokens from t0 (which reads v
+ * in place when v_direct): F tokens ahead, or with F = 0 the next block's
+ * o rows, fetched at once before the sweeps. */
+static add_ahead add_ahead_of(const la_head *h, int64_t t0, int64_t n, int64_t j0, int64_t nj,
+                              int v_direct)
+{
+    const int64_t f = h->fetch_tokens, from = f ? t0 + f : t0 + n, last = from + n;
+    return (add_ahead){.h = h, .t = from, .end = last < h->T ? last : h->T, .j0 = j0,
+                       .nj = nj, .v = f && v_direct};
+}
+
+/* The rows of the cursor's next `tokens` tokens (a NULL: none). */
+LA_INLINE void add_fetch_ahead(add_ahead *a, int64_t tokens)
+{
+    if (!a)
+        return;
+    const la_head *h = a->h;
+    for (; tokens > 0 && a->t < a->end; tokens--, a->t++) {
+        const int64_t t = a->t;
+        if (a->v)
+            add_prefetch_row(h->v + t * h->v_ts + a->j0, a->nj, 0);
+        add_prefetch_row(h->o + t * h->o_ts + a->j0, a->nj, 1);
+    }
+}
+
 /* The coefficients of the pair of tokens whose features start at f1. */
 LA_INLINE void add_pair(const la_head *h, float *f1, int64_t dkp)
 {
@@ -245,13 +288,15 @@ LA_INLINE void add_features_as(const la_head *h, linattn_phi phi, int64_t t0, in
     for (int64_t i = 0; i < n; i++, f += ADD_ROWS * dkp) {
         const int64_t t = t0 + i;
         float *a = f + 2 * dkp;
-        const int64_t ahead = t + n; /* the next block */
+        /* (fetching ahead, above) */
+        const int64_t ahead = t + (h->fetch_tokens ? h->fetch_tokens : n);
         if (ahead < h->T) {
             add_prefetch_row(h->q + ahead * h->q_ts, dk, 0);
             add_prefetch_row(h->k + ahead * h->k_ts, dk, 0);
-            add_prefetch_row(h->v + ahead * h->v_ts, h->dv, 0);
             if (gate == LA_GATE_CHANNEL)
                 add_prefetch_row(h->g + ahead * h->g_ts, dk, 0);
+            if (!h->fetch_tokens || h->v_ts != h->dv) /* (else the sweep's) */
+                add_prefetch_row(h->v + ahead * h->v_ts, h->dv, 0);
         }
         add_phi_rows(h, phi, t, f, dkp);
         if (gate == LA_GATE_CHANNEL) {
@@ -327,7 +372,7 @@ static void additive_normaliser(const la_head *h, const float *f, int64_t n, flo
  * place or in the panels), inv NULL when not normalising. */
 LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const float *v0,
                                int64_t v_ts, float *o0, int64_t o_ts, const float *f,
-                               const float *inv, int64_t n, int nv, int64_t wl)
+                               const float *inv, int64_t n, int nv, int64_t wl, add_ahead *ahead)
 {
     /* locals, not h->...: vector stores may alias anything, so fields read
      * through h would be reloaded after every store of the sweep */
@@ -345,6 +390,7 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const flo
         const float *qa1 = gate == LA_GATE_NONE ? f1 : f1 + 3 * dkp; /* a1 qh1 */
         const float *q2 = f2, *k2 = f2 + dkp, *a21 = f2 + 3 * dkp;
         const la_vf dot = vf_set1(f2[4 * dkp]), at21 = vf_set1(a21[0]);
+        add_fetch_ahead(ahead, 2);
         for (int x = 0; x < nv; x++) {
             v1[x] = LD(v0 + i * v_ts, x);
             v2[x] = LD(v0 + (i + 1) * v_ts, x);
@@ -384,6 +430,7 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const flo
     if (i < n) { /* the odd token out */
         const float *q1 = f + i * fs, *k1 = q1 + dkp, *a1 = q1 + 2 * dkp;
         const la_vf at1 = vf_set1(a1[0]);
+        add_fetch_ahead(ahead, 1);
         for (int x = 0; x < nv; x++) {
             v1[x] = LD(v0 + i * v_ts, x);
             o1[x] = vf_zero();
@@ -425,7 +472,7 @@ LA_INLINE void add_tile_tokens(const la_head *h, float *s, int64_t ld, const flo
 LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const float *v0,
                               const float *v_rows, int64_t v_ts, float *o0, int64_t o_ts,
                               const float *f, float *quad, const float *inv, int64_t quads,
-                              int nv, int64_t wl, la_gate gate)
+                              int nv, int64_t wl, la_gate gate, add_ahead *ahead)
 {
     const int64_t dk = h->dk, dkp = add_round_vw(dk), fs = ADD_ROWS * dkp;
     const int64_t stride = add_quad_stride(h);
@@ -453,6 +500,7 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
         const float d_out = scaled ? d_next : 1.0f;
         const la_vf wt = vf_set1(gate == LA_GATE_TOKEN ? terms[0] * d : terms[0]);
         const la_vf to_tile = vf_set1(1.0f / d_out);
+        add_fetch_ahead(ahead, 4);
         for (int x = 0; x < nv; x++) { /* v as the tile takes it */
             v1[x] = LD(vr, x);
             v2[x] = LD(vr + v_ts, x);
@@ -527,11 +575,12 @@ LA_INLINE void add_tile_quads(const la_head *h, float *s, int64_t ld, const floa
 static void add_quads_dispatch(const la_head *h, float *s, int64_t ld, const float *v,
                                const float *v_rows, int64_t v_ts, float *o, int64_t o_ts,
                                const float *f, float *quad, const float *inv, int64_t quads,
-                               int nv, int64_t wl)
+                               int nv, int64_t wl, add_ahead *ahead)
 {
+    /* (the first sub-tile fetches ahead) */
 #define ADD_QUADS_AT(kk, kwl, g)                                                                  \
     add_tile_quads(h, s + x0 * LA_VW, ld, v + x0 * LA_VW, v_rows, v_ts, o + x0 * LA_VW, o_ts, f, \
-                   quad, inv, quads, kk, kwl, g)
+                   quad, inv, quads, kk, kwl, g, x0 == 0 ? ahead : NULL)
 #define ADD_QUADS_WHOLE(g, NV) ADD_QUADS_AT(NV, LA_VW, g)
 #define ADD_QUADS(kk) ADD_QUADS_AT(kk, kwl, h->gate)
     LA_SUB_TILES(nv, wl, LA_ADD_QUAD_NV, h->gate, ADD_QUADS_WHOLE, ADD_QUADS);
@@ -569,11 +618,13 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
     const int64_t vs = direct_v ? h->dv : dvp, os = direct_o ? h->dv : dvp;
     float *quad = add_quad_area(h, f, n);
     const int64_t quads = h->quad_tokens ? n / 4 : 0;
-    /* the next block's o rows, only this unit's columns: another thread
-     * may be writing the rest of them */
-    for (int64_t t = t0 + n; t < t0 + 2 * n && t < h->T; t++)
-        add_prefetch_row(h->o + t * h->o_ts + j0, nj, 1);
+    /* rows ahead, fetched by the first tile (of o only this unit's
+     * columns: another thread may be writing the rest of them) */
+    add_ahead next = add_ahead_of(h, t0, n, j0, nj, direct_v);
+    if (!h->fetch_tokens)
+        add_fetch_ahead(&next, n);
     for (int64_t jb = j0; jb < j0 + nj; jb += ADD_TILE) {
+        add_ahead *ahead = jb == j0 ? &next : NULL;
         const int64_t width = j0 + nj - jb < ADD_TILE ? j0 + nj - jb : ADD_TILE;
         const int nv = (int)((width + LA_VW - 1) / LA_VW);
         const int64_t wl = width - (int64_t)(nv - 1) * LA_VW;
@@ -584,7 +635,7 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
         const int64_t ld = h->s_packed ? ADD_PACK_LD : h->dv;
         const float *v = vp + jb;
         if (quads) /* then the tokens after them in pairs */
-            add_quads_dispatch(h, s, ld, v, vp, vs, o, os, f, quad, inv, quads, nv, wl);
+            add_quads_dispatch(h, s, ld, v, vp, vs, o, os, f, quad, inv, quads, nv, wl, ahead);
         const int64_t done = 4 * quads, rest = n - done;
         if (rest == 0)
             continue;
@@ -594,10 +645,10 @@ static void additive_columns(const la_head *h, float *f, const float *inv, int64
         /* a constant nv per call site keeps the tile's v and o in registers;
          * whole tiles also get a constant last width (no masked accesses) */
         if (nv == LA_ADD_NV && wl == LA_VW) {
-            add_tile_tokens(h, s, ld, v, vs, o, os, fr, ir, rest, LA_ADD_NV, LA_VW);
+            add_tile_tokens(h, s, ld, v, vs, o, os, fr, ir, rest, LA_ADD_NV, LA_VW, ahead);
             continue;
         }
-#define ADD_TOKENS(k) add_tile_tokens(h, s, ld, v, vs, o, os, fr, ir, rest, k, wl)
+#define ADD_TOKENS(k) add_tile_tokens(h, s, ld, v, vs, o, os, fr, ir, rest, k, wl, ahead)
         LA_TILE_SWITCH(nv, LA_ADD_NV, ADD_TOKENS);
 #undef ADD_TOKENS
     }

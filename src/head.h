@@ -91,6 +91,8 @@ typedef struct la_head {
     /* additive value-tiled recurrent only: tokens go through the tile four
      * at a time (la_tuning.additive_quad_from_T) */
     int quad_tokens;
+    /* additive value-tiled recurrent only: la_tuning.additive_fetch_tokens */
+    int64_t fetch_tokens;
     float scale; /* finite */
     float eps;   /* additive: finite, >= 0 */
     linattn_phi phi; /* the stage has applied it (IDENTITY) when it made q/k panels */

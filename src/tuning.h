@@ -111,6 +111,12 @@ typedef struct la_tuning {
      * so results differ from pairs in rounding only); LA_TUNE_NEVER: in
      * pairs. */
     int64_t additive_quad_from_T[LA_GATES];
+    /* How the additive value-tiled recurrent forward fetches its rows
+     * ahead (additive_kernels.h, "Fetching ahead"): 0, the next block's
+     * at once (q, k and v while its features are made, o before its
+     * sweep); N > 0, each loop N tokens ahead of the token it is at, a
+     * few tokens at a time. Prefetches only: the same bits either way. */
+    int64_t additive_fetch_tokens;
 } la_tuning;
 
 /* The delta family's algorithm on every table so far, measured on Zen 4

@@ -818,6 +818,67 @@ START_TEST(quad_sweeps_match_oracle)
 }
 END_TEST
 
+/* How the value-tiled forward fetches its rows ahead (tuning.h:
+ * additive_fetch_tokens) changes no arithmetic: 1, 8 and 40 tokens ahead
+ * give the bits of one block ahead, forced on every table, in quads and in
+ * pairs, every gate, rows one after another and apart ([B][T][H][D]: v
+ * copied into the panel), blocks cut short by T, heads split over 3
+ * threads; the first run also against the double oracle. */
+START_TEST(fetch_ahead_same_bits)
+{
+    la_tuning base = *la_active_kernels()->additive_tuning, ahead;
+    static const int64_t shapes[][5] = {/* B, H, T, dk, dv */
+                                        {1, 2, 33, 5, 1},
+                                        {1, 3, 70, 64, 100},
+                                        {2, 2, 100, 17, 15},
+                                        {1, 1, 41, 128, 130}};
+    static const int64_t fetch[] = {1, 8, 40};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+        for (int gate = LINATTN_GATE_NONE; gate <= LINATTN_GATE_CHANNEL; gate++)
+            for (int layout = 0; layout < 2; layout++) {
+                const int64_t B = shapes[sh][0], H = shapes[sh][1], T = shapes[sh][2];
+                const int64_t dk = shapes[sh][3], dv = shapes[sh][4];
+                spec sp = spec_default(B, H, T, dk, dv);
+                sp.gate = (linattn_gate)gate;
+                sp.algo = LINATTN_ALGO_RECURRENT;
+                sp.with_state = 1;
+                sp.normalize = (int)(sh % 2);
+                sp.layout = layout ? LAYOUT_BTHD : LAYOUT_BHTD;
+                problem p;
+                problem_make(&p, &sp);
+                p.cfg.num_threads = (int)(1 + 2 * (sh % 2));
+                for (int g = 0; g < LA_GATES; g++)
+                    base.additive_quad_from_T[g] = sh < 2 ? 4 : LA_TUNE_NEVER;
+                base.additive_fetch_tokens = 0;
+                const size_t no = (size_t)(B * H * T * dv), ns = (size_t)(B * H * dk * dv);
+                const size_t nz = (size_t)(B * H * dk);
+                la_force_table_tuning(table, &base, NULL);
+                ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+                ck_assert_msg(problem_error(&p) <= 1.0, "one block ahead: %s", spec_name(&sp));
+                float *o1 = copy_floats(p.o, no), *s1 = copy_floats(p.s, ns);
+                float *z1 = copy_floats(p.z, nz);
+                for (size_t f = 0; f < sizeof fetch / sizeof fetch[0]; f++) {
+                    memcpy(p.s, p.s_init, ns * sizeof(float));
+                    memcpy(p.z, p.z_init, nz * sizeof(float));
+                    ahead = base;
+                    ahead.additive_fetch_tokens = fetch[f];
+                    la_force_table_tuning(table, &ahead, NULL);
+                    ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
+                    ck_assert_msg(memcmp(o1, p.o, no * sizeof(float)) == 0 &&
+                                      memcmp(s1, p.s, ns * sizeof(float)) == 0 &&
+                                      memcmp(z1, p.z, nz * sizeof(float)) == 0,
+                                  "%lld tokens ahead gives other bits: %s", (long long)fetch[f],
+                                  spec_name(&sp));
+                }
+                free(o1);
+                free(s1);
+                free(z1);
+                problem_free(&p);
+            }
+    la_force_table(table);
+}
+END_TEST
+
 /* Quads under a token gate keep the tile divided by the decays while that
  * stays above LA_SCALED_TILE_MIN, and so divide v by them; a quad whose v
  * is near float's range must decay the tile instead, or v / d overflows
@@ -981,6 +1042,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, packed_state_same_bits);
     tcase_add_test(oracle, quad_sweeps_match_oracle);
     tcase_add_test(oracle, quad_sweeps_large_v);
+    tcase_add_test(oracle, fetch_ahead_same_bits);
     tcase_add_test(oracle, l2norm_blocks_threads_and_calls);
     tcase_add_test(oracle, nan_propagates_only_forward);
     suite_add_tcase(s, oracle);

@@ -228,7 +228,8 @@ def struct(won, bests, dks):
         print("     * .additive_pack_from_T,")
         print("     * .additive_quad_from_T, .delta_step_columns, .delta_step_fuse,")
         print("     * .delta_step_bf16_sweep_fetch, .delta_step_rows_bytes,")
-        print("     * .delta_vfirst_read_ahead, .delta_vfirst_dot_interleave */")
+        print("     * .delta_vfirst_read_ahead, .delta_vfirst_dot_interleave,")
+        print("     * .additive_fetch_tokens */")
         print("},")
 
 

@@ -1188,6 +1188,9 @@ START_TEST(tuning_entries)
                           "table %s entry %d: negative columns per tile", t->name, e);
             ck_assert_msg(u->delta_step_rows_bytes >= 0 && u->delta_vfirst_read_ahead >= 0,
                           "table %s entry %d: a negative byte count", t->name, e);
+            ck_assert_msg(u->additive_fetch_tokens >= 0,
+                          "table %s entry %d: fetching a negative number of tokens ahead",
+                          t->name, e);
             for (int g = 0; g < LA_GATES; g++) {
                 ck_assert_msg(u->additive_chunked_above_dk[g] >= 0 &&
                                   u->delta_chunked_above_dk[g] >= 0,

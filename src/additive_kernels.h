@@ -140,10 +140,10 @@ LA_INLINE void add_copy_row(float *dst, const float *src, int64_t n)
  * unit's columns of o, for writing (add_fetch_ahead, from the first
  * sub-tile, a quad's or a pair's worth at a time), so that a block's
  * fetches are spread over both loops. With 0 the features loop fetches
- * the next block's q, k and v rows (one block ahead) and
- * the sweep the next block's o rows at its start, as the Xeon's and Zen
- * 4's entries keep it (fetches spread over the sweeps measured slower
- * there; eight tokens ahead is Zen 5's: docs/kernels.md). */
+ * the next block's q, k and v rows (one block ahead) and the sweep the
+ * next block's o rows at its start, as the Xeon's and Zen 4's entries
+ * keep it (fetches spread over the sweeps measured slower there; eight
+ * tokens ahead is Zen 5's: docs/kernels.md). */
 typedef struct {
     const la_head *h;
     int64_t t, end; /* the next token to fetch, and one past the last */

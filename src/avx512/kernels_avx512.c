@@ -262,7 +262,7 @@ static const la_tuning tuning_avx512[] = {
          * H = 8, T = 4096, inputs from memory, alternating calls, median
          * time over one block ahead at once): dk = 64 identity 0.83-0.90,
          * elu+1 normalised 0.96, token gate 0.90, channel 0.94,
-         * [B][T][H][D] 0.87-0.96, dk = 128 0.92-0.97; 4 tokens level, 16
+         * [B][T][H][D] 0.87-0.96, dk = 128 0.92-1.00; 4 tokens level, 16
          * up to 5% slower (docs/kernels.md) */
         .additive_fetch_tokens = 8,
     },

@@ -1331,18 +1331,25 @@ LA_INLINE float delta_dot(const float *x, const float *y, int64_t dkp)
     return vf_hsum(acc);
 }
 
-/* sum_c x[c] y[c] e^(gi[c] - gj[c]) (CHANNEL scores), rows padded with 0. */
-LA_INLINE float delta_dot_decayed(const float *x, const float *y, const double *gi,
-                                  const double *gj, int64_t dk, float *tmp)
+/* The CHANNEL scores of rows i and j: *xy = sum_c x[c] y[c] e^(gi[c] -
+ * gj[c]) and, when x2 is not NULL, *x2y the same with x2 for x, both from
+ * one exp of the decays (rows padded with 0). */
+LA_INLINE void delta_dots_decayed(const float *x, const float *x2, const float *y,
+                                  const double *gi, const double *gj, int64_t dk, float *tmp,
+                                  float *xy, float *x2y)
 {
     for (int64_t c = 0; c < dk; c++)
         tmp[c] = (float)(gi[c] - gj[c]);
-    la_vf acc = vf_zero();
+    la_vf acc = vf_zero(), acc2 = vf_zero();
     for (int64_t c = 0; c < dk; c += LA_VW) {
-        const la_vf e = vf_decay(vf_loadn(tmp + c, dk - c));
-        acc = vf_fma(vf_mul(vf_load(x + c), vf_load(y + c)), e, acc);
+        const la_vf e = vf_decay(vf_loadn(tmp + c, dk - c)), yv = vf_load(y + c);
+        acc = vf_fma(vf_mul(vf_load(x + c), yv), e, acc);
+        if (x2)
+            acc2 = vf_fma(vf_mul(vf_load(x2 + c), yv), e, acc2);
     }
-    return vf_hsum(acc);
+    *xy = vf_hsum(acc);
+    if (x2)
+        *x2y = vf_hsum(acc2);
 }
 
 /* y[0..n) += m * x[0..n) over padded rows (n a multiple of LA_VW). */
@@ -1455,10 +1462,10 @@ static void delta_chunk(const la_head *h, int64_t t0, int64_t n, int64_t j0, int
         for (int64_t j = 0; j <= i; j++) {
             const float *ki = w->kh + i * dkp, *kj = w->kh + j * dkp, *qi = w->qh + i * dkp;
             float kk, qk;
-            if (chan) {
+            if (chan) { /* one exp of the decays for both */
                 const double *gi = w->gsum + i * dk, *gj = w->gsum + j * dk;
-                kk = j < i ? delta_dot_decayed(ki, kj, gi, gj, dk, w->tmp) : 0.0f;
-                qk = delta_dot_decayed(qi, kj, gi, gj, dk, w->tmp);
+                kk = 0.0f;
+                delta_dots_decayed(qi, j < i ? ki : NULL, kj, gi, gj, dk, w->tmp, &qk, &kk);
             } else {
                 const double x = gated ? w->gsum[i * dk] - w->gsum[j * dk] : 0.0;
                 const float gm = x < LA_EXP_ZERO_BELOW ? 0.0f : expf((float)x);

@@ -1400,6 +1400,69 @@ static void delta_combo(float *out, const float *init, float init_scale, const f
     }
 }
 
+/* delta_combo_block on two output rows at once (out, init and coef rows
+ * out_ld, init_ld and coef_ld apart; row r's init scaled by scale[r],
+ * or by 1 with scale NULL):
+ * each row of B is loaded once for both sums, so a B larger than L1 comes
+ * from L2 half as often. Each element takes the same operations in the
+ * same order as in delta_combo_block: the same bits. */
+LA_INLINE void delta_combo2_block(float *out, int64_t out_ld, const float *init,
+                                  int64_t init_ld, const float scale[2], const float *coef,
+                                  int64_t cs, int64_t coef_ld, int64_t K, const float *B,
+                                  int64_t ldb, int nv, int64_t wl)
+{
+    la_vf acc0[LA_DELTA_NV], acc1[LA_DELTA_NV];
+#define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
+#define ST(p, x, y)                                                                               \
+    ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
+    const la_vf s0 = vf_set1(scale ? scale[0] : 1.0f), s1 = vf_set1(scale ? scale[1] : 1.0f);
+    for (int x = 0; x < nv; x++) {
+        acc0[x] = init ? vf_mul(s0, LD(init, x)) : vf_zero();
+        acc1[x] = init ? vf_mul(s1, LD(init + init_ld, x)) : vf_zero();
+    }
+    for (int64_t c = 0; c < K; c++) {
+        const la_vf m0 = vf_set1(coef[c * cs]), m1 = vf_set1(coef[coef_ld + c * cs]);
+        const float *b = B + c * ldb;
+        for (int x = 0; x < nv; x++) {
+            const la_vf bv = LD(b, x);
+            acc0[x] = vf_fma(m0, bv, acc0[x]);
+            acc1[x] = vf_fma(m1, bv, acc1[x]);
+        }
+    }
+    for (int x = 0; x < nv; x++) {
+        ST(out, x, acc0[x]);
+        ST(out + out_ld, x, acc1[x]);
+    }
+#undef LD
+#undef ST
+}
+
+/* delta_combo for rows [0, rows) (as delta_combo2_block lays them out),
+ * two at a time. */
+static void delta_combo_rows(float *out, int64_t out_ld, const float *init, int64_t init_ld,
+                             const float *scale, const float *coef, int64_t cs, int64_t coef_ld,
+                             int64_t rows, int64_t K, const float *B, int64_t ldb, int64_t nj)
+{
+    int64_t r = 0;
+    for (; r + 1 < rows; r += 2) {
+        float *o = out + r * out_ld;
+        const float *in = init ? init + r * init_ld : NULL, *cf = coef + r * coef_ld;
+        for (int64_t j = 0; j < nj; j += DELTA_TILE) {
+            const int64_t w = nj - j < DELTA_TILE ? nj - j : DELTA_TILE;
+            const int nv = (int)((w + LA_VW - 1) / LA_VW);
+            const int64_t wl = w - (int64_t)(nv - 1) * LA_VW;
+#define DELTA_COMBO2(k)                                                                           \
+    delta_combo2_block(o + j, out_ld, in ? in + j : NULL, init_ld, scale ? scale + r : NULL, cf,   \
+                       cs, coef_ld, K, B + j, ldb, k, wl)
+            LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_COMBO2);
+#undef DELTA_COMBO2
+        }
+    }
+    if (r < rows)
+        delta_combo(out + r * out_ld, init ? init + r * init_ld : NULL, scale ? scale[r] : 1.0f,
+                    coef + r * coef_ld, cs, K, B, ldb, nj);
+}
+
 /* e^G (from the chunk start) and e^(G_last - G) of row i into two padded
  * rows; 1 for NONE. */
 static void delta_row_decays(const la_head *h, const delta_chunk_ws *w, int64_t i,
@@ -1491,18 +1554,16 @@ static void delta_chunk(const la_head *h, int64_t t0, int64_t n, int64_t j0, int
             delta_axpy(ui, al, w->u + l * njp, njp);
         }
     }
+    /* (rows two at a time where they share B: delta_combo_rows) */
     /* V' = U - W S, in place in U */
-    for (int64_t i = 0; i < n; i++)
-        delta_combo(w->u + i * njp, w->u + i * njp, 1.0f, w->wn + i * dkp, 1, dk, s, dv, nj);
+    delta_combo_rows(w->u, njp, w->u, njp, NULL, w->wn, 1, dkp, n, dk, s, dv, nj);
     /* O = (Qh o e^G) S + P V' */
-    for (int64_t i = 0; i < n; i++) {
-        float *o = h->o + (t0 + i) * h->o_ts + j0;
-        delta_combo(o, NULL, 0.0f, w->qd + i * dkp, 1, dk, s, dv, nj);
-        delta_combo(o, o, 1.0f, w->p + i * C, 1, i + 1, w->u, njp, nj);
-    }
+    float *o = h->o + t0 * h->o_ts + j0;
+    delta_combo_rows(o, h->o_ts, NULL, 0, NULL, w->qd, 1, dkp, n, dk, s, dv, nj);
+    for (int64_t i = 0; i < n; i++)
+        delta_combo(o + i * h->o_ts, o + i * h->o_ts, 1.0f, w->p + i * C, 1, i + 1, w->u, njp, nj);
     /* S = e^(G_last) S + (Kh o e^(G_last - G))^T V' */
-    for (int64_t c = 0; c < dk; c++)
-        delta_combo(s + c * dv, s + c * dv, w->el[c], w->kd + c, dkp, n, w->u, njp, nj);
+    delta_combo_rows(s, dv, s, dv, w->el, w->kd, dkp, 1, dk, n, w->u, njp, nj);
 }
 
 static void delta_chunked(const la_head *h, int64_t j0, int64_t nj, void *ws)

@@ -1401,11 +1401,11 @@ static void delta_combo(float *out, const float *init, float init_scale, const f
 }
 
 /* delta_combo_block on two output rows at once (out, init and coef rows
- * out_ld, init_ld and coef_ld apart; row r's init scaled by scale[r],
- * or by 1 with scale NULL):
- * each row of B is loaded once for both sums, so a B larger than L1 comes
- * from L2 half as often. Each element takes the same operations in the
- * same order as in delta_combo_block: the same bits. */
+ * out_ld, init_ld and coef_ld apart; row r's init scaled by scale[r], or
+ * by 1 with scale NULL): each row of B is loaded once for both sums, so a
+ * B larger than L1 comes from L2 half as often. Each element takes the
+ * same operations in the same order as in delta_combo_block: the same
+ * bits. */
 LA_INLINE void delta_combo2_block(float *out, int64_t out_ld, const float *init,
                                   int64_t init_ld, const float scale[2], const float *coef,
                                   int64_t cs, int64_t coef_ld, int64_t K, const float *B,
@@ -1554,8 +1554,7 @@ static void delta_chunk(const la_head *h, int64_t t0, int64_t n, int64_t j0, int
             delta_axpy(ui, al, w->u + l * njp, njp);
         }
     }
-    /* (rows two at a time where they share B: delta_combo_rows) */
-    /* V' = U - W S, in place in U */
+    /* V' = U - W S, in place in U (rows two at a time: delta_combo_rows) */
     delta_combo_rows(w->u, njp, w->u, njp, NULL, w->wn, 1, dkp, n, dk, s, dv, nj);
     /* O = (Qh o e^G) S + P V' */
     float *o = h->o + t0 * h->o_ts + j0;

@@ -1360,107 +1360,78 @@ LA_INLINE void delta_axpy(float *y, float m, const float *x, int64_t n)
         vf_store(y + j, vf_fma(mv, vf_load(x + j), vf_load(y + j)));
 }
 
-/* nv vectors of columns from j (the last with wl lanes):
- * out = init_scale * init + sum_{c<K} coef[c * cs] * B[c * ldb]. */
-LA_INLINE void delta_combo_block(float *out, const float *init, float init_scale,
-                                 const float *coef, int64_t cs, int64_t K, const float *B,
-                                 int64_t ldb, int nv, int64_t wl)
+/* R (1 or 2, a constant at each call site) output rows on nv vectors of
+ * columns (the last with wl lanes); row r at out + r * out_ld:
+ *   out_r = scale[r] init_r + sum_{c<K} coef[r * coef_ld + c * cs] B[c * ldb]
+ * (init NULL: no first term; scale NULL: 1). Two rows share each load of
+ * B's rows, so a B larger than L1 comes from L2 half as often; each
+ * element takes the same operations in the same order either way: the
+ * same bits. */
+LA_INLINE void delta_combo_block(float *out, int64_t out_ld, const float *init,
+                                 int64_t init_ld, const float *scale, const float *coef,
+                                 int64_t cs, int64_t coef_ld, int64_t K, const float *B,
+                                 int64_t ldb, int R, int nv, int64_t wl)
 {
-    la_vf acc[LA_DELTA_NV];
-#define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
-    const la_vf is = vf_set1(init_scale);
-    for (int x = 0; x < nv; x++)
-        acc[x] = init ? vf_mul(is, LD(init, x)) : vf_zero();
-    for (int64_t c = 0; c < K; c++) {
-        const la_vf m = vf_set1(coef[c * cs]);
-        const float *b = B + c * ldb;
-        for (int x = 0; x < nv; x++)
-            acc[x] = vf_fma(m, LD(b, x), acc[x]);
-    }
-    for (int x = 0; x < nv; x++) {
-        if (x == nv - 1)
-            vf_storen(out + x * LA_VW, acc[x], wl);
-        else
-            vf_store(out + x * LA_VW, acc[x]);
-    }
-#undef LD
-}
-
-static void delta_combo(float *out, const float *init, float init_scale, const float *coef,
-                        int64_t cs, int64_t K, const float *B, int64_t ldb, int64_t nj)
-{
-    for (int64_t j = 0; j < nj; j += DELTA_TILE) {
-        const int64_t w = nj - j < DELTA_TILE ? nj - j : DELTA_TILE;
-        const int nv = (int)((w + LA_VW - 1) / LA_VW);
-        const int64_t wl = w - (int64_t)(nv - 1) * LA_VW;
-        const float *in = init ? init + j : NULL;
-#define DELTA_COMBO(k) delta_combo_block(out + j, in, init_scale, coef, cs, K, B + j, ldb, k, wl)
-        LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_COMBO);
-#undef DELTA_COMBO
-    }
-}
-
-/* delta_combo_block on two output rows at once (out, init and coef rows
- * out_ld, init_ld and coef_ld apart; row r's init scaled by scale[r], or
- * by 1 with scale NULL): each row of B is loaded once for both sums, so a
- * B larger than L1 comes from L2 half as often. Each element takes the
- * same operations in the same order as in delta_combo_block: the same
- * bits. */
-LA_INLINE void delta_combo2_block(float *out, int64_t out_ld, const float *init,
-                                  int64_t init_ld, const float scale[2], const float *coef,
-                                  int64_t cs, int64_t coef_ld, int64_t K, const float *B,
-                                  int64_t ldb, int nv, int64_t wl)
-{
+    /* one array per row: GCC kept a [2][nv] array in memory */
     la_vf acc0[LA_DELTA_NV], acc1[LA_DELTA_NV];
 #define LD(p, x) ((x) == nv - 1 ? vf_loadn((p) + (x) * LA_VW, wl) : vf_load((p) + (x) * LA_VW))
 #define ST(p, x, y)                                                                               \
     ((x) == nv - 1 ? vf_storen((p) + (x) * LA_VW, (y), wl) : vf_store((p) + (x) * LA_VW, (y)))
-    const la_vf s0 = vf_set1(scale ? scale[0] : 1.0f), s1 = vf_set1(scale ? scale[1] : 1.0f);
+    const la_vf s0 = vf_set1(scale ? scale[0] : 1.0f);
+    const la_vf s1 = vf_set1(scale && R == 2 ? scale[1] : 1.0f);
     for (int x = 0; x < nv; x++) {
         acc0[x] = init ? vf_mul(s0, LD(init, x)) : vf_zero();
-        acc1[x] = init ? vf_mul(s1, LD(init + init_ld, x)) : vf_zero();
+        if (R == 2)
+            acc1[x] = init ? vf_mul(s1, LD(init + init_ld, x)) : vf_zero();
     }
     for (int64_t c = 0; c < K; c++) {
-        const la_vf m0 = vf_set1(coef[c * cs]), m1 = vf_set1(coef[coef_ld + c * cs]);
+        const la_vf m0 = vf_set1(coef[c * cs]);
+        const la_vf m1 = R == 2 ? vf_set1(coef[coef_ld + c * cs]) : m0;
         const float *b = B + c * ldb;
         for (int x = 0; x < nv; x++) {
             const la_vf bv = LD(b, x);
             acc0[x] = vf_fma(m0, bv, acc0[x]);
-            acc1[x] = vf_fma(m1, bv, acc1[x]);
+            if (R == 2)
+                acc1[x] = vf_fma(m1, bv, acc1[x]);
         }
     }
     for (int x = 0; x < nv; x++) {
         ST(out, x, acc0[x]);
-        ST(out + out_ld, x, acc1[x]);
+        if (R == 2)
+            ST(out + out_ld, x, acc1[x]);
     }
 #undef LD
 #undef ST
 }
 
-/* delta_combo for rows [0, rows) (as delta_combo2_block lays them out),
- * two at a time. */
+/* delta_combo_block over rows [0, rows) and all nj columns, two rows at a
+ * time (an odd last row alone). */
 static void delta_combo_rows(float *out, int64_t out_ld, const float *init, int64_t init_ld,
                              const float *scale, const float *coef, int64_t cs, int64_t coef_ld,
                              int64_t rows, int64_t K, const float *B, int64_t ldb, int64_t nj)
 {
-    int64_t r = 0;
-    for (; r + 1 < rows; r += 2) {
+    for (int64_t r = 0; r < rows; r += 2) {
         float *o = out + r * out_ld;
         const float *in = init ? init + r * init_ld : NULL, *cf = coef + r * coef_ld;
+        const float *sc = scale ? scale + r : NULL;
         for (int64_t j = 0; j < nj; j += DELTA_TILE) {
             const int64_t w = nj - j < DELTA_TILE ? nj - j : DELTA_TILE;
             const int nv = (int)((w + LA_VW - 1) / LA_VW);
             const int64_t wl = w - (int64_t)(nv - 1) * LA_VW;
-#define DELTA_COMBO2(k)                                                                           \
-    delta_combo2_block(o + j, out_ld, in ? in + j : NULL, init_ld, scale ? scale + r : NULL, cf,   \
-                       cs, coef_ld, K, B + j, ldb, k, wl)
-            LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_COMBO2);
+#define DELTA_COMBO(R, k)                                                                         \
+    delta_combo_block(o + j, out_ld, in ? in + j : NULL, init_ld, sc, cf, cs, coef_ld, K, B + j,   \
+                      ldb, R, k, wl)
+#define DELTA_COMBO1(k) DELTA_COMBO(1, k)
+#define DELTA_COMBO2(k) DELTA_COMBO(2, k)
+            if (r + 1 < rows)
+                LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_COMBO2);
+            else
+                LA_TILE_SWITCH(nv, LA_DELTA_NV, DELTA_COMBO1);
 #undef DELTA_COMBO2
+#undef DELTA_COMBO1
+#undef DELTA_COMBO
         }
     }
-    if (r < rows)
-        delta_combo(out + r * out_ld, init ? init + r * init_ld : NULL, scale ? scale[r] : 1.0f,
-                    coef + r * coef_ld, cs, K, B, ldb, nj);
 }
 
 /* e^G (from the chunk start) and e^(G_last - G) of row i into two padded
@@ -1560,7 +1531,8 @@ static void delta_chunk(const la_head *h, int64_t t0, int64_t n, int64_t j0, int
     float *o = h->o + t0 * h->o_ts + j0;
     delta_combo_rows(o, h->o_ts, NULL, 0, NULL, w->qd, 1, dkp, n, dk, s, dv, nj);
     for (int64_t i = 0; i < n; i++)
-        delta_combo(o + i * h->o_ts, o + i * h->o_ts, 1.0f, w->p + i * C, 1, i + 1, w->u, njp, nj);
+        delta_combo_rows(o + i * h->o_ts, 0, o + i * h->o_ts, 0, NULL, w->p + i * C, 1, 0, 1,
+                         i + 1, w->u, njp, nj);
     /* S = e^(G_last) S + (Kh o e^(G_last - G))^T V' */
     delta_combo_rows(s, dv, s, dv, w->el, w->kd, dkp, 1, dk, n, w->u, njp, nj);
 }

@@ -757,6 +757,25 @@ START_TEST(packed_state_same_bits)
 }
 END_TEST
 
+/* Runs p's forward again from its initial state with tuning t forced on
+ * the table and num_threads = threads; whether o, s and z come out as the
+ * bits of o1, s1 and z1 (B*H*T*dv, B*H*dk*dv and B*H*dk floats). */
+static int rerun_same_bits(problem *p, const la_tuning *t, int threads, const float *o1,
+                           const float *s1, const float *z1)
+{
+    const spec *sp = &p->sp;
+    const size_t no = (size_t)(sp->B * sp->H * sp->T * sp->dv);
+    const size_t ns = (size_t)(sp->B * sp->H * sp->dk * sp->dv);
+    const size_t nz = (size_t)(sp->B * sp->H * sp->dk);
+    memcpy(p->s, p->s_init, ns * sizeof(float));
+    memcpy(p->z, p->z_init, nz * sizeof(float));
+    p->cfg.num_threads = threads;
+    la_force_table_tuning(table, t, NULL);
+    ck_assert_int_eq(problem_forward(p), LINATTN_OK);
+    return memcmp(o1, p->o, no * sizeof(float)) == 0 && memcmp(s1, p->s, ns * sizeof(float)) == 0 &&
+           memcmp(z1, p->z, nz * sizeof(float)) == 0;
+}
+
 /* Tokens four at a time (tuning.h: additive_quad_from_T), forced on every
  * table whatever this CPU's entry says, against the double oracle: T
  * leaving 0-3 tokens after the quads of a block (pairs and a last token),
@@ -797,18 +816,11 @@ START_TEST(quad_sweeps_match_oracle)
                 ck_assert_msg(problem_error(&p) <= 1.0, "quad sweeps: %s", spec_name(&sp));
                 float *o1 = copy_floats(p.o, no), *s1 = copy_floats(p.s, ns);
                 float *z1 = copy_floats(p.z, nz);
-                for (int run = 0; run < 2; run++) {
-                    memcpy(p.s, p.s_init, ns * sizeof(float));
-                    memcpy(p.z, p.z_init, nz * sizeof(float));
-                    p.cfg.num_threads = run ? 3 : 1;
-                    la_force_table_tuning(table, run ? &quads : &packed, NULL);
-                    ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
-                    ck_assert_msg(memcmp(o1, p.o, no * sizeof(float)) == 0 &&
-                                      memcmp(s1, p.s, ns * sizeof(float)) == 0 &&
-                                      memcmp(z1, p.z, nz * sizeof(float)) == 0,
+                for (int run = 0; run < 2; run++)
+                    ck_assert_msg(rerun_same_bits(&p, run ? &quads : &packed, run ? 3 : 1, o1, s1,
+                                                  z1),
                                   "quad sweeps give other bits %s (%s)",
                                   run ? "on 3 threads" : "on the packed copy", spec_name(&sp));
-                }
                 free(o1);
                 free(s1);
                 free(z1);
@@ -858,15 +870,9 @@ START_TEST(fetch_ahead_same_bits)
                 float *o1 = copy_floats(p.o, no), *s1 = copy_floats(p.s, ns);
                 float *z1 = copy_floats(p.z, nz);
                 for (size_t f = 0; f < sizeof fetch / sizeof fetch[0]; f++) {
-                    memcpy(p.s, p.s_init, ns * sizeof(float));
-                    memcpy(p.z, p.z_init, nz * sizeof(float));
                     ahead = base;
                     ahead.additive_fetch_tokens = fetch[f];
-                    la_force_table_tuning(table, &ahead, NULL);
-                    ck_assert_int_eq(problem_forward(&p), LINATTN_OK);
-                    ck_assert_msg(memcmp(o1, p.o, no * sizeof(float)) == 0 &&
-                                      memcmp(s1, p.s, ns * sizeof(float)) == 0 &&
-                                      memcmp(z1, p.z, nz * sizeof(float)) == 0,
+                    ck_assert_msg(rerun_same_bits(&p, &ahead, p.cfg.num_threads, o1, s1, z1),
                                   "%lld tokens ahead gives other bits: %s", (long long)fetch[f],
                                   spec_name(&sp));
                 }

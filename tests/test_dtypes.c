@@ -353,6 +353,47 @@ START_TEST(gate_and_beta_against_double)
 }
 END_TEST
 
+/* The clamp into [LA_G_RESET, 0] at its edges, in every lane position
+ * (one vector's worth and a tail): an overflowing product is a full reset,
+ * -0 (softplus flushed to 0, or sigmoid's) and NaN (0 times an infinite
+ * exp(A_log)) are +0, and a bounded sigmoid below LA_G_RESET stops there. */
+START_TEST(gate_clamp_edges)
+{
+    const la_stage_ops *ops = stage();
+    enum { N = 37 };
+    static const struct {
+        linattn_gate_act act;
+        float x, a_exp, lb, want;
+    } cases[] = {
+        {LINATTN_GATE_ACT_SOFTPLUS, 80.0f, FLT_MAX, 0.0f, LA_G_RESET},   /* -inf */
+        {LINATTN_GATE_ACT_SOFTPLUS, 80.0f, 2.0f, 0.0f, LA_G_RESET},      /* -160 */
+        {LINATTN_GATE_ACT_SOFTPLUS, -200.0f, 1.0f, 0.0f, 0.0f},          /* -0 */
+        {LINATTN_GATE_ACT_SOFTPLUS, -200.0f, INFINITY, 0.0f, 0.0f},      /* NaN */
+        {LINATTN_GATE_ACT_BOUNDED_SIGMOID, -200.0f, 1.0f, -5.0f, 0.0f},  /* -0 */
+        {LINATTN_GATE_ACT_BOUNDED_SIGMOID, 50.0f, 1.0f, -300.0f, LA_G_RESET},
+        {LINATTN_GATE_ACT_BOUNDED_SIGMOID, 50.0f, 1.0f, -99.5f, -99.5f}, /* inside: kept */
+    };
+    float a[N], g[N + 1];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int64_t at = 0; at < N; at += 5) {
+            for (int64_t i = 0; i < N; i++)
+                a[i] = i == at ? cases[c].x : -1.0f;
+            g[N] = 555.0f;
+            ops->gate(cases[c].act, a, g, NULL, 0, N, cases[c].a_exp, cases[c].lb);
+            ck_assert(g[N] == 555.0f);
+            ck_assert_msg(g[at] == cases[c].want && !signbit(g[at]) == !signbit(cases[c].want),
+                          "case %zu at %lld: act %d x %g a_exp %g lb %g: %g, want %g", c,
+                          (long long)at, (int)cases[c].act, (double)cases[c].x,
+                          (double)cases[c].a_exp, (double)cases[c].lb, (double)g[at],
+                          (double)cases[c].want);
+            /* the other lanes (x = -1) as in the test above */
+            const double ref = gate_ref(cases[c].act, -1.0f, 0.0f, cases[c].a_exp, cases[c].lb);
+            for (int64_t i = 0; i < N; i++)
+                ck_assert(i == at || fabs(g[i] - ref) <= TOL_GATE * fmax(1.0, fabs(ref)));
+        }
+}
+END_TEST
+
 /* softplus alone (A_log = 0, no bias: g = -softplus(x)) against double, in
  * units of 2^-24 |ref|: e^-|x| is within 1 ulp plus 1.25 |x| units (a
  * table that takes it as 2^(-|x| log2 e) rounds the product, and log2 e
@@ -1312,6 +1353,7 @@ static Suite *dtypes_suite(const la_table *t)
     tcase_add_test(ops, features_against_double);
     tcase_add_test(ops, gate_and_beta_against_double);
     tcase_add_test(ops, softplus_within_ulps);
+    tcase_add_test(ops, gate_clamp_edges);
     suite_add_tcase(s, ops);
 
     TCase *calls = tcase_create("calls");

@@ -115,6 +115,9 @@ LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return _mm256_mul_ps(a, b); }
 LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return _mm256_sub_ps(a, b); }
 LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return _mm256_add_ps(a, b); }
 LA_INLINE la_vf vf_div(la_vf a, la_vf b) { return _mm256_div_ps(a, b); }
+/* a < b ? a : b and a > b ? a : b per lane (so a NaN a gives b) */
+LA_INLINE la_vf vf_min(la_vf a, la_vf b) { return _mm256_min_ps(a, b); }
+LA_INLINE la_vf vf_max(la_vf a, la_vf b) { return _mm256_max_ps(a, b); }
 LA_INLINE float vf_hsum(la_vf x) { return hsum8(x); }
 /* Four sums at once (a transpose by pairwise adds): lane i of the result
  * is ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)) of the i-th vector. */

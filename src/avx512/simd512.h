@@ -186,6 +186,9 @@ LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return _mm512_mul_ps(a, b); }
 LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return _mm512_sub_ps(a, b); }
 LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return _mm512_add_ps(a, b); }
 LA_INLINE la_vf vf_div(la_vf a, la_vf b) { return _mm512_div_ps(a, b); }
+/* a < b ? a : b and a > b ? a : b per lane (so a NaN a gives b) */
+LA_INLINE la_vf vf_min(la_vf a, la_vf b) { return _mm512_min_ps(a, b); }
+LA_INLINE la_vf vf_max(la_vf a, la_vf b) { return _mm512_max_ps(a, b); }
 LA_INLINE float vf_hsum(la_vf x) { return la_hsum(x); }
 /* Four sums at once: each vector's halves added, then a transpose by
  * pairwise adds, the same tree for every vector. */

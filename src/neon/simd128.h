@@ -125,6 +125,10 @@ LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return vmulq_f32(a, b); }
 LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return vsubq_f32(a, b); }
 LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return vaddq_f32(a, b); }
 LA_INLINE la_vf vf_div(la_vf a, la_vf b) { return vdivq_f32(a, b); }
+/* a < b ? a : b and a > b ? a : b per lane, as x86 orders them (a NaN a
+ * gives b; FMIN and FMAX would return the NaN) */
+LA_INLINE la_vf vf_min(la_vf a, la_vf b) { return vbslq_f32(vcltq_f32(a, b), a, b); }
+LA_INLINE la_vf vf_max(la_vf a, la_vf b) { return vbslq_f32(vcgtq_f32(a, b), a, b); }
 LA_INLINE float vf_hsum(la_vf x) { return vaddvq_f32(x); }
 /* Four sums at once by pairwise adds: (x0 + x1) + (x2 + x3) of each. */
 LA_INLINE void vf_hsum4(la_vf a, la_vf b, la_vf c, la_vf d, float *s)

@@ -35,6 +35,9 @@ LA_INLINE la_vf vf_mul(la_vf a, la_vf b) { return a * b; }
 LA_INLINE la_vf vf_sub(la_vf a, la_vf b) { return a - b; }
 LA_INLINE la_vf vf_add(la_vf a, la_vf b) { return a + b; }
 LA_INLINE la_vf vf_div(la_vf a, la_vf b) { return a / b; }
+/* (a NaN a gives b, as on every table) */
+LA_INLINE la_vf vf_min(la_vf a, la_vf b) { return a < b ? a : b; }
+LA_INLINE la_vf vf_max(la_vf a, la_vf b) { return a > b ? a : b; }
 LA_INLINE float vf_hsum(la_vf x) { return x; }
 LA_INLINE void vf_hsum4(la_vf a, la_vf b, la_vf c, la_vf d, float *s)
 {

@@ -97,7 +97,9 @@ static linattn_status run_ops(const la_kernels *kern, la_family family, int step
                               const linattn_config *cfg, const linattn_operands *ops)
 {
     la_call c;
-    linattn_status st = la_check(&c, kern, family, step, cfg, ops);
+    linattn_status st = la_check(&c, family, step, cfg, ops);
+    if (st == LINATTN_OK)
+        st = la_check_values(&c, kern);
     if (st != LINATTN_OK)
         return st;
     st = family == LA_FAMILY_DELTA ? la_delta_run(kern, &c) : la_additive_run(kern, &c);

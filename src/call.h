@@ -2,7 +2,8 @@
  * then la_check turns the user's config and pointers into one la_call that
  * the family drivers take: every field checked, every ignored field
  * neutralised (token strides of a step, g strides without a gate), gate
- * kinds reduced to what kernels see, byte counts known not to overflow. */
+ * kinds reduced to what kernels see, byte counts known not to overflow;
+ * la_check_values then reads the values that must be checked. */
 #ifndef LINATTN_CALL_H
 #define LINATTN_CALL_H
 
@@ -33,6 +34,7 @@ typedef struct la_call {
     linattn_head_map head_map;
     linattn_phi phi;
     la_gate gate; /* HEAD arrives as TOKEN with sg.token = 0 */
+    int head_gate; /* cfg->gate was HEAD (messages name g[b,h]) */
     int causal, normalize, qk_l2norm;
     int z_compensated; /* z is [B][H][2][dk]: sum, then its compensation */
     float eps, scale;
@@ -103,10 +105,16 @@ static inline la_head_operands la_head_operands_at(const la_call *c, int64_t i)
 
 struct la_kernels;
 
-/* check.c: OK and *c filled, or a status with linattn_last_error set (the
- * scan of the gate values runs on kern's table). */
-linattn_status la_check(la_call *c, const struct la_kernels *kern, la_family family, int step,
-                        const linattn_config *cfg, const linattn_operands *ops);
+/* check.c: the call's structure (config, strides, pointers, byte ranges,
+ * overlap): OK and *c filled, or a status with linattn_last_error set.
+ * No element of an array is read. */
+linattn_status la_check(la_call *c, la_family family, int step, const linattn_config *cfg,
+                        const linattn_operands *ops);
+/* check.c: the values a call reads (A_log and dt_bias, the gate values,
+ * beta), once every structural check has passed, la_check's and a serving
+ * call's pool and slots: a call refused for its structure reads nothing,
+ * whatever its pointers hold. The gate scan runs on kern's table. */
+linattn_status la_check_values(const la_call *c, const struct la_kernels *kern);
 
 /* error.c: the thread's last-error message. */
 linattn_status la_fail(linattn_status st, const char *fmt, ...)

@@ -217,8 +217,6 @@ static int64_t first_bad_gate(const la_call *c, const float *row0, int64_t inner
 /* A_log [H] (exp(A_log) finite: <= 88) and dt_bias [H] or [H][dk], finite. */
 static linattn_status check_gate_params(const la_call *c)
 {
-    if (c->A_log == NULL)
-        return la_fail(LINATTN_E_NULL, "A_log is NULL: cfg->gate_act needs A_log [heads]");
     for (int64_t h = 0; h < c->H; h++)
         if (!(c->A_log[h] >= -FLT_MAX && c->A_log[h] <= 88.0f))
             return la_fail(LINATTN_E_ARG,
@@ -248,7 +246,7 @@ static const float *gate_head(const la_call *c, int64_t i)
  * q, and one thread scanning them all took 9 ms of a 73 ms call on two
  * threads (H = 32, T = 4096, dk = 128). The message names the first bad
  * value in (b, h, t, c) order whatever the thread count. */
-static linattn_status check_gate_values(const la_call *c, const la_stage_ops *st, int head_gate)
+static linattn_status check_gate_values(const la_call *c, const la_stage_ops *st)
 {
     const int64_t inner = c->gate == LA_GATE_CHANNEL ? c->dk : 1;
     const int64_t heads = c->B * c->H;
@@ -278,7 +276,7 @@ static linattn_status check_gate_values(const la_call *c, const la_stage_ops *st
     const int64_t t = at / inner, i = at % inner;
     const float x = row0[t * c->sg.token + i];
     char where[96];
-    if (head_gate)
+    if (c->head_gate)
         snprintf(where, sizeof where, "g[b=%lld,h=%lld]", (long long)b, (long long)h);
     else if (c->gate == LA_GATE_CHANNEL)
         snprintf(where, sizeof where, "g[b=%lld,h=%lld,t=%lld,c=%lld]", (long long)b,
@@ -362,8 +360,8 @@ static layout gate_layout(const la_call *c, int head_gate)
     return feature_layout(c, st, c->H, c->dk);
 }
 
-linattn_status la_check(la_call *c, const la_kernels *kern, la_family family, int step,
-                        const linattn_config *user, const linattn_operands *ops)
+linattn_status la_check(la_call *c, la_family family, int step, const linattn_config *user,
+                        const linattn_operands *ops)
 {
     const void *q = ops->q, *k = ops->k, *v = ops->v, *beta = ops->beta;
     const float *g = ops->g;
@@ -395,6 +393,7 @@ linattn_status la_check(la_call *c, const la_kernels *kern, la_family family, in
         .qk_heads = cfg->qk_heads ? cfg->qk_heads : cfg->heads,
         .head_map = cfg->head_map,
         .phi = cfg->phi,
+        .head_gate = head_gate,
         .gate = !gated                             ? LA_GATE_NONE
                 : cfg->gate == LINATTN_GATE_CHANNEL ? LA_GATE_CHANNEL
                                                     : LA_GATE_TOKEN,
@@ -450,8 +449,8 @@ linattn_status la_check(la_call *c, const la_kernels *kern, la_family family, in
     c->o = o, c->s = s, c->z = z;
     if (c->gate_act != LINATTN_GATE_ACT_NONE) {
         c->A_log = ops->A_log, c->dt_bias = ops->dt_bias;
-        if ((st = check_gate_params(c)) != LINATTN_OK)
-            return st;
+        if (c->A_log == NULL)
+            return la_fail(LINATTN_E_NULL, "A_log is NULL: cfg->gate_act needs A_log [heads]");
     }
     if (family != LA_FAMILY_DELTA)
         c->dt.beta = LINATTN_F32; /* no beta: its type is not used */
@@ -511,10 +510,17 @@ linattn_status la_check(la_call *c, const la_kernels *kern, la_family family, in
                 return la_fail(LINATTN_E_OVERLAP, "%s overlaps %s: outputs must not share memory "
                                                   "with inputs or other outputs",
                                rname[out], rname[j]);
+    return LINATTN_OK;
+}
 
-    if (gated && (st = check_gate_values(c, kern->stage, head_gate)) != LINATTN_OK)
+linattn_status la_check_values(const la_call *c, const la_kernels *kern)
+{
+    linattn_status st;
+    if (c->gate_act != LINATTN_GATE_ACT_NONE && (st = check_gate_params(c)) != LINATTN_OK)
         return st;
-    if (family == LA_FAMILY_DELTA && (st = check_beta_values(c)) != LINATTN_OK)
+    if (c->g && (st = check_gate_values(c, kern->stage)) != LINATTN_OK)
+        return st;
+    if (c->beta && (st = check_beta_values(c)) != LINATTN_OK)
         return st;
     return LINATTN_OK;
 }

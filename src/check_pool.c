@@ -1,8 +1,9 @@
 /* Checks of linattn_run and plans beyond la_check's (check.c): the operand
  * struct, packed sequences (cu_seqlens), the state pool (slot count,
  * strides, address ranges), the read, write and snapshot slots of every
- * sequence, and the overlap rules between sequences. Nothing is written
- * before all of them pass; every failure names the field, and the sequence
+ * sequence, and the overlap rules between sequences; then the values
+ * (la_check_values), so that a call refused for any of these reads no
+ * element of its arrays. Nothing is written before all of them pass; every failure names the field, and the sequence
  * or slot, in linattn_last_error(). */
 #include <stddef.h>
 #include <stdint.h>
@@ -354,7 +355,7 @@ linattn_status la_check_serve(la_serve *sv, linattn_op op, const linattn_config 
     la_call *c = &sv->c;
     linattn_operands stateless = *ops;
     stateless.s = NULL, stateless.z = NULL;
-    if ((st = la_check(c, kern, family, 0, &one, &stateless)) != LINATTN_OK)
+    if ((st = la_check(c, family, 0, &one, &stateless)) != LINATTN_OK)
         return st;
     if (step) {
         c->step = 1, c->T = 1, c->causal = 1;
@@ -395,6 +396,8 @@ linattn_status la_check_serve(la_serve *sv, linattn_op op, const linattn_config 
     if (sv->has_state && (st = check_state_memory(sv)) != LINATTN_OK)
         return st;
     if (sv->has_state && (st = check_slots(sv)) != LINATTN_OK)
+        return st;
+    if ((st = la_check_values(c, kern)) != LINATTN_OK)
         return st;
     sv->tile = family == LA_FAMILY_DELTA ? la_delta_unit_columns(kern, c) : c->dv;
     return LINATTN_OK;

@@ -30,7 +30,8 @@ typedef struct {
 } la_serve;
 
 /* check_pool.c: OK with *sv filled, or a status with linattn_last_error set.
- * Every check of la_check plus the pool's, the slots' and cu_seqlens'. */
+ * Every check of la_check plus the pool's, the slots' and cu_seqlens', then
+ * la_check_values: no value is read before the whole structure passes. */
 linattn_status la_check_serve(la_serve *sv, linattn_op op, const linattn_config *cfg,
                               const linattn_operands *ops, const struct la_kernels *kern);
 

@@ -1128,10 +1128,10 @@ START_TEST(packed_pool_same_bits)
                             const int64_t i = vfirst ? in_head % col : in_head / row;
                             const int64_t j = vfirst ? in_head / col : in_head % row;
                             if (i >= dk || j >= dv)
-                                ck_assert_msg(memcmp(pool2 + (size_t)e * es, pool0 + (size_t)e * es,
-                                                     es) == 0,
-                                              "%s T = %lld: padding element %lld written", what,
-                                              (long long)T, (long long)e);
+                                expect_msg(memcmp(pool2 + (size_t)e * es, pool0 + (size_t)e * es,
+                                                  es) == 0,
+                                           "%s T = %lld: padding element %lld written", what,
+                                           (long long)T, (long long)e);
                         }
                         token_rows_free(&r);
                         free(pool0), free(pool1), free(pool2);

@@ -648,9 +648,9 @@ START_TEST(vfirst_prefill_matches_kfirst)
     }
     for (size_t e = 0; e < tok * (size_t)dv; e++) {
         if (bitwise)
-            ck_assert_msg(memcmp(&o_v[e], &o_k[e], sizeof(float)) == 0,
-                          "%s %s T = %lld: o[%zu] = %a, K-first %a", fam, bf16 ? "bf16" : "f32",
-                          (long long)T, e, (double)o_v[e], (double)o_k[e]);
+            expect_msg(memcmp(&o_v[e], &o_k[e], sizeof(float)) == 0,
+                       "%s %s T = %lld: o[%zu] = %a, K-first %a", fam, bf16 ? "bf16" : "f32",
+                       (long long)T, e, (double)o_v[e], (double)o_k[e]);
         const double d = fabs((double)o_v[e] - o_k[e]) / fmax(1.0, fabs((double)o_k[e]));
         eo = d > eo || d != d ? d : eo;
     }
@@ -660,28 +660,28 @@ START_TEST(vfirst_prefill_matches_kfirst)
                 const int64_t ev = (int64_t)head_v * sh + j * col + i;
                 const int64_t ek = (int64_t)head_k * sh + i * dv + j;
                 if (i >= dk) {
-                    ck_assert_msg(elem_bits(bf16, sv, ev) == elem_bits(bf16, sv0, ev),
-                                  "T = %lld: padding of slot %lld column %lld written",
-                                  (long long)T, (long long)(sh / H), (long long)j);
+                    expect_msg(elem_bits(bf16, sv, ev) == elem_bits(bf16, sv0, ev),
+                               "T = %lld: padding of slot %lld column %lld written",
+                               (long long)T, (long long)(sh / H), (long long)j);
                     continue;
                 }
                 if (bitwise)
-                    ck_assert_msg(elem_bits(bf16, sv, ev) == elem_bits(bf16, sk, ek),
-                                  "%s T = %lld: slot %lld head %lld (%lld, %lld) is 0x%x, "
-                                  "K-first 0x%x",
-                                  bf16 ? "bf16" : "f32", (long long)T, (long long)(sh / H),
-                                  (long long)(sh % H), (long long)i, (long long)j,
-                                  (unsigned)elem_bits(bf16, sv, ev),
-                                  (unsigned)elem_bits(bf16, sk, ek));
+                    expect_msg(elem_bits(bf16, sv, ev) == elem_bits(bf16, sk, ek),
+                               "%s T = %lld: slot %lld head %lld (%lld, %lld) is 0x%x, "
+                               "K-first 0x%x",
+                               bf16 ? "bf16" : "f32", (long long)T, (long long)(sh / H),
+                               (long long)(sh % H), (long long)i, (long long)j,
+                               (unsigned)elem_bits(bf16, sv, ev),
+                               (unsigned)elem_bits(bf16, sk, ek));
                 const double a = elem_value(bf16, sv, ev), b = elem_value(bf16, sk, ek);
                 if (bf16) { /* to rounding: one unit in b's last place, plus the float sums' */
                     int e;
                     frexp(b, &e);
-                    ck_assert_msg(fabs(a - b) <= ldexp(1.0, e - 8) + 1e-5 * fmax(1.0, fabs(b)),
-                                  "bf16 dk = %lld, T = %lld: slot %lld head %lld (%lld, %lld) "
-                                  "is %a, K-first %a",
-                                  (long long)dk, (long long)T, (long long)(sh / H),
-                                  (long long)(sh % H), (long long)i, (long long)j, a, b);
+                    expect_msg(fabs(a - b) <= ldexp(1.0, e - 8) + 1e-5 * fmax(1.0, fabs(b)),
+                               "bf16 dk = %lld, T = %lld: slot %lld head %lld (%lld, %lld) "
+                               "is %a, K-first %a",
+                               (long long)dk, (long long)T, (long long)(sh / H),
+                               (long long)(sh % H), (long long)i, (long long)j, a, b);
                 }
                 const double d = fabs(a - b) / fmax(1.0, fabs(b));
                 es_max = d > es_max || d != d ? d : es_max;
@@ -1004,6 +1004,51 @@ START_TEST(run_refusals_name_the_field)
 }
 END_TEST
 
+/* Values (g, beta, and with gate_act A_log) are read only once the whole
+ * structure has passed, the pool's and the slots' checks included: here
+ * each holds one NaN right before a guard page, so a value check that ran
+ * first would name the NaN or fault past it. (The fuzzer found a pool call
+ * whose gate scan read past a buffer sized for a call to refuse.) */
+START_TEST(values_read_after_structure)
+{
+    const int delta = _i & 1, act = _i >> 1;
+    world w;
+    scenario sc = scenario_mixed(delta, 0, 1, 0, 1);
+    world_make(&w, &sc);
+    problem guard = {0};
+    float *nan_then_guard = guarded_floats(&guard, 1, 0);
+    nan_then_guard[0] = NAN;
+    w.ops.g = nan_then_guard;
+    if (delta)
+        w.ops.beta = nan_then_guard;
+    if (act) {
+        w.cfg.gate_act = LINATTN_GATE_ACT_SOFTPLUS;
+        w.ops.A_log = nan_then_guard;
+    }
+    w.pool.slots = 0;
+    expect_refused(&w, LINATTN_E_SHAPE, "pool->slots = 0");
+    w.pool.slots = sc.slots;
+    w.pool.row = -1;
+    expect_refused(&w, LINATTN_E_STRIDE, "pool->row = -1");
+    w.pool.row = w.s_row;
+    w.sc.rd[3] = (int32_t)sc.slots;
+    expect_refused(&w, LINATTN_E_ARG, "(sequence 3)");
+    w.sc.rd[3] = sc.rd[3];
+    w.sc.wr[4] = w.sc.wr[0]; /* two sequences write one slot */
+    expect_refused(&w, LINATTN_E_OVERLAP, "write");
+    w.sc.wr[4] = sc.wr[4];
+    /* the structure whole: now the first value is read and named (a gate
+     * scan reads a whole head: g of its full size for that) */
+    if (!act) {
+        w.g[0] = NAN;
+        w.ops.g = w.g;
+    }
+    expect_refused(&w, LINATTN_E_ARG, act ? "A_log[0] = nan" : "g[b=0,h=0,t=0] = nan");
+    problem_free(&guard);
+    world_free(&w);
+}
+END_TEST
+
 /* A step ignores causal's meaning but checks the flag, whichever way it
  * goes: a pool's step, its plan and the contiguous step (the fuzzer found
  * a plan taking causal = -1 that linattn_run refused). */
@@ -1148,6 +1193,7 @@ static Suite *serve_suite(void)
     tcase_add_test(bad, bad_snapshot_slot_and_step_cu);
     tcase_add_test(bad, snapshots_need_causal);
     tcase_add_test(bad, run_refusals_name_the_field);
+    tcase_add_loop_test(bad, values_read_after_structure, 0, 4);
     tcase_add_loop_test(bad, step_checks_causal_flag, 0, 2);
     tcase_add_test(bad, plan_run_bad_ranges);
     suite_add_tcase(s, bad);

@@ -545,6 +545,13 @@ def seeds():
         [212, 0, 5, 238, 35, 251, 36, 229, 0, 29, 0, 1, 65, 0, 114, 7, 1, 0, 1] + [0] * 17
         + list(b"success") + [0, 128, 5, 7, 238, 0, 35, 36, 251, 229] + [0] * 5
         + [252, 7, 7, 0, 3, 7, 0, 3, 96])
+    # a pool call (0 slots, strides that do not nest) whose shapes address
+    # more than the small buffers a call to refuse gets: la_check scanned
+    # the channel gate's values before the pool was checked and read past
+    # g (ASan); the values are now read after every structural check
+    s["found-scalar-gate-scan-before-pool"] = bytes(
+        [0, 0, 2, 7, 252] + list(b"pool=") + [0, 0, 0, 2, 0, 0, 0, 2] + [0] * 11
+        + [59, 0, 1] + [0] * 8 + [238] * 17 + [18, 0, 0, 0] + [238] * 9 + [0])
     return s
 
 

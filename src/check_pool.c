@@ -3,8 +3,9 @@
  * strides, address ranges), the read, write and snapshot slots of every
  * sequence, and the overlap rules between sequences; then the values
  * (la_check_values), so that a call refused for any of these reads no
- * element of its arrays. Nothing is written before all of them pass; every failure names the field, and the sequence
- * or slot, in linattn_last_error(). */
+ * element of its arrays. Nothing is written before all of them pass;
+ * every failure names the field, and the sequence or slot, in
+ * linattn_last_error(). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

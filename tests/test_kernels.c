@@ -315,6 +315,62 @@ START_TEST(reset_keeps_later_decays)
 }
 END_TEST
 
+/* elu+1 features of keys far below 0 are e^k, tiny normal floats down to
+ * k = -87.3, on every table and path: with the normaliser (eps = 0) o is a
+ * weighted mean of v whatever the features' common scale, so keys in
+ * [-87, -80.5] (features 1.6e-38 to 1.1e-35) give the o of the same keys
+ * plus 80 (every feature e^80 times larger). The avx512 table cut its
+ * features to 0 below -80, as decays are cut, and made 0/0 here (a fuzz
+ * hunt's finding). Chunked, recurrent, non-causal forwards and steps. */
+START_TEST(tiny_features_scale_free)
+{
+    enum { H = 2, T = 20, DK = 5, DV = 3 };
+    float q[H * T * DK], k[H * T * DK], k80[H * T * DK], v[H * T * DV];
+    for (int i = 0; i < H * T * DK; i++) {
+        q[i] = rand_uniform(-1.0f, 1.0f);
+        k[i] = rand_uniform(-87.0f, -80.5f);
+        k80[i] = k[i] + 80.0f;
+    }
+    for (int i = 0; i < H * T * DV; i++)
+        v[i] = rand_uniform(-1.0f, 1.0f);
+    for (int form = 0; form < 4; form++) {
+        float o[2][H * T * DV];
+        for (int shifted = 0; shifted <= 1; shifted++) {
+            const float *kk = shifted ? k80 : k;
+            linattn_config c;
+            if (form < 3) {
+                linattn_config_init(&c, 1, H, T, DK, DV);
+                c.eps = 0.0f;
+                c.algo = form == 0 ? LINATTN_ALGO_CHUNKED : LINATTN_ALGO_RECURRENT;
+                c.causal = form != 2;
+                ck_assert_int_eq(linattn_forward(&c, q, kk, v, NULL, o[shifted], NULL, NULL),
+                                 LINATTN_OK);
+                continue;
+            }
+            float s[H * DK * DV] = {0}, z[H * DK] = {0}, qt[H * DK], kt[H * DK], vt[H * DV];
+            float ot[H * DV];
+            linattn_config_init_step(&c, 1, H, DK, DV);
+            c.eps = 0.0f;
+            for (int t = 0; t < T; t++) {
+                for (int h = 0; h < H; h++) {
+                    memcpy(qt + h * DK, q + (h * T + t) * DK, DK * sizeof(float));
+                    memcpy(kt + h * DK, kk + (h * T + t) * DK, DK * sizeof(float));
+                    memcpy(vt + h * DV, v + (h * T + t) * DV, DV * sizeof(float));
+                }
+                ck_assert_int_eq(linattn_step(&c, qt, kt, vt, NULL, ot, s, z), LINATTN_OK);
+                for (int h = 0; h < H; h++)
+                    memcpy(o[shifted] + (h * T + t) * DV, ot + h * DV, DV * sizeof(float));
+            }
+        }
+        for (int i = 0; i < H * T * DV; i++)
+            ck_assert_msg(fabsf(o[0][i] - o[1][i]) <= 1e-4f * fmaxf(1.0f, fabsf(o[1][i])),
+                          "%s: o[%d] = %.9g with features e^-80 times those giving %.9g",
+                          (const char *[]){"chunked", "recurrent", "non-causal", "steps"}[form],
+                          i, (double)o[0][i], (double)o[1][i]);
+    }
+}
+END_TEST
+
 /* The normaliser over a long run (gate NONE: z grows linearly, so each
  * float addition loses more of kh): the recurrent forward compensates its
  * sum within the call, and steps with z_compensated carry the compensation
@@ -1038,6 +1094,7 @@ static Suite *suite_for(const la_table *t)
     tcase_add_test(oracle, full_resets_by_huge_negative_gates);
     tcase_add_test(oracle, reset_keeps_later_decays);
     tcase_add_test(oracle, long_run_normaliser);
+    tcase_add_test(oracle, tiny_features_scale_free);
     tcase_add_test(oracle, z_compensated_against_oracle);
     tcase_add_test(oracle, grouped_heads_and_l2norm);
     tcase_add_test(oracle, state_carried_across_calls);

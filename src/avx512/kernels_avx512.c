@@ -368,7 +368,7 @@ LA_INLINE void phi_rows(linattn_phi phi, const float *p, int64_t ts, int64_t m, 
         }
     }
     for (int64_t i = 0; i < cnt; i += W)
-        _mm512_store_ps(buf + i, la_exp(la_load(la_tail(cnt - i), buf + i)));
+        _mm512_store_ps(buf + i, la_exp_raw(la_load(la_tail(cnt - i), buf + i)));
     int64_t off = 0;
     for (int64_t j = 0; j < m; j++) {
         const __m512 y = _mm512_maskz_add_ps((__mmask16)(mc & ~neg[j]), x[j], _mm512_set1_ps(1.0f));

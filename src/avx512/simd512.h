@@ -162,9 +162,12 @@ LA_INLINE __m512 phi_v(linattn_phi phi, __m512 x)
 {
     const __m512 zero = _mm512_setzero_ps();
     switch (phi) {
-    case LINATTN_PHI_ELU1: { /* x + 1 where x > 0, else e^x (NaN takes the exp path) */
+    case LINATTN_PHI_ELU1: { /* x + 1 where x > 0, else e^x (NaN takes the exp path); e^x
+                              * in full below LA_EXP_ZERO_BELOW too, as every table's
+                              * features: that cut is for decays */
         const __mmask16 pos = _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ);
-        return _mm512_mask_add_ps(la_exp(_mm512_min_ps(zero, x)), pos, x, _mm512_set1_ps(1.0f));
+        return _mm512_mask_add_ps(la_exp_raw(_mm512_min_ps(zero, x)), pos, x,
+                                  _mm512_set1_ps(1.0f));
     }
     case LINATTN_PHI_RELU: return _mm512_max_ps(zero, x); /* x second: NaN propagates */
     default: return x;

@@ -625,7 +625,7 @@ static linattn_status run_recurrent(const la_kernels *kern, const la_call *c, in
             z_load(&h, j.z_start + 2 * c->dk * i);
         }
     }
-    LA_FOR_EACH_UNIT(nt, units, unit, tid, rec_unit(&j, unit, tid));
+    LA_FOR_EACH_UNIT(nt, units, unit, end, tid, rec_unit(&j, unit, tid));
     free(j.ws);
     return LINATTN_OK;
 }
@@ -747,7 +747,7 @@ linattn_status la_additive_run(const la_kernels *kern, const la_call *c)
         if (j.ws == NULL)
             return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
     }
-    LA_FOR_EACH_UNIT(nt, heads * j.pieces, u, tid, run_head(&j, u, tid));
+    LA_FOR_EACH_UNIT(nt, heads * j.pieces, u, end, tid, run_head(&j, u, tid));
     free(j.ws);
     return LINATTN_OK;
 }

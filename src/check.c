@@ -259,7 +259,7 @@ static linattn_status check_gate_values(const la_call *c, const la_stage_ops *st
     int64_t first[LA_MAX_THREADS]; /* each thread's first bad head (its heads ascend) */
     for (int i = 0; i < nt; i++)
         first[i] = heads;
-    LA_FOR_EACH_UNIT(nt, heads, i, tid, {
+    LA_FOR_EACH_UNIT(nt, heads, i, end, tid, {
         if (first[tid] == heads && gate_head_bad(c, st, gate_head(c, i), inner))
             first[tid] = i;
     });

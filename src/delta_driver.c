@@ -181,7 +181,8 @@ static int64_t unit_member(const delta_job *j, unit_at u, int64_t m)
     return u.b * j->c->H + member_head(j->c, j->group, u.qh, u.m0 + m);
 }
 
-static void run_unit(const delta_job *j, int64_t unit, int tid)
+/* end: where the calling thread's range of units ends (threads.h) */
+static void run_unit(const delta_job *j, int64_t unit, int64_t end, int tid)
 {
     const la_call *c = j->c;
     const unit_at u = unit_where(j, unit);
@@ -209,9 +210,8 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
     }
     /* a step sweeps each state from L2 after one read from memory:
      * meanwhile the next member's comes in, and after the last member the
-     * next unit's first (on this thread but where the static schedule
-     * cuts; a model's B = 1 decode measured level, and the rows would
-     * otherwise come in cold with nothing to overlap) */
+     * next unit's first when this thread runs it (not another thread's,
+     * whose lines that thread is writing) */
     const int fetch = c->T == 1 && c->s && !j->pack;
     head_state st[MAX_MEMBERS];
     for (int64_t m = 0; m < nm; m++) {
@@ -225,7 +225,7 @@ static void run_unit(const delta_job *j, int64_t unit, int tid)
         if (fetch && m > 0)
             st[m - 1].next = state[m];
     }
-    if (fetch && unit + 1 < j->units) /* a step's units are whole heads: column 0 */
+    if (fetch && unit + 1 < end) /* a step's units are whole heads: column 0 */
         st[nm - 1].next = (const float *)c->s + (size_t)unit_member(j, unit_where(j, unit + 1), 0) *
                                                     c->head_state_elems;
     /* block-major: the q/k panels of a block serve every member */
@@ -304,7 +304,7 @@ linattn_status la_delta_run(const la_kernels *kern, const la_call *c)
         if (j.ws == NULL)
             return la_fail(LINATTN_E_NOMEM, "out of memory: %zu bytes of workspace", bytes);
     }
-    LA_FOR_EACH_UNIT(nt, units, unit, tid, run_unit(&j, unit, tid));
+    LA_FOR_EACH_UNIT(nt, units, unit, end, tid, run_unit(&j, unit, end, tid));
     free(j.ws);
     return LINATTN_OK;
 }

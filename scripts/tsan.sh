@@ -18,7 +18,7 @@ else
     # shellcheck disable=SC2086
     CC=clang meson setup "$dir" $opts >/dev/null
 fi
-ninja -C "$dir" tests/threads/test_threads tests/fuzz/fuzz_replay
+ninja -C "$dir" tests/threads/test_threads tests/threads/test_units tests/fuzz/fuzz_replay
 # the threads test, then the fuzz corpus (calls on OpenMP threads, and
 # plans whose ranges run on two threads at once)
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1" \

@@ -27,7 +27,7 @@ struct linattn_plan {
     const la_kernels *kern;
     int64_t units, ntiles;
     int64_t *order; /* unit -> (n * H + h) * ntiles + tile */
-    int one_token;  /* every unit has one token (a decode step) */
+    int64_t *cost; /* unit -> its tokens (at least 1), in descending order */
     size_t state_bytes, ws_bytes;
 };
 
@@ -482,6 +482,10 @@ typedef struct {
     int64_t cost, idx;
 } unit_cost;
 
+/* linattn_run takes units in runs of consecutive ones that sweep about
+ * this many state elements in all (32 tokens of a 128 x 128 head) */
+enum { RUN_STATE_FLOATS = 32 * 128 * 128 };
+
 static int by_cost(const void *a, const void *b)
 {
     const unit_cost *x = a, *y = b;
@@ -515,7 +519,9 @@ static linattn_status plan_make(linattn_plan **out, linattn_op op, const linattn
                                la_size_of_dim(p->ntiles));
     unit_cost *uc = units >= (size_t)INT64_MAX / 2 ? NULL : malloc(units * sizeof *uc + 1);
     p->order = uc ? malloc(units * sizeof *p->order + 1) : NULL;
-    if (p->order == NULL) {
+    p->cost = p->order ? malloc(units * sizeof *p->cost + 1) : NULL;
+    if (p->cost == NULL) {
+        free(p->order);
         free(uc);
         free(p);
         return la_fail(LINATTN_E_NOMEM, "out of memory for a plan of %zu units", units);
@@ -553,8 +559,7 @@ static linattn_status plan_make(linattn_plan **out, linattn_op op, const linattn
     if (sorted < units)
         qsort(uc, units, sizeof *uc, by_cost);
     for (size_t u = 0; u < units; u++)
-        p->order[u] = uc[u].idx;
-    p->one_token = units > 0 && uc[0].cost == 1; /* the longest first: all of one */
+        p->order[u] = uc[u].idx, p->cost[u] = uc[u].cost;
     free(uc);
     p->units = (int64_t)units;
     *out = p;
@@ -602,11 +607,12 @@ void linattn_plan_destroy(linattn_plan *plan)
     if (plan == NULL)
         return;
     free(plan->order);
+    free(plan->cost);
     free(plan);
 }
 
 /* linattn_run's serving form: a plan run on the library's OpenMP threads,
- * each taking the next unit as it finishes. */
+ * each taking the next run of units as it finishes. */
 linattn_status la_serve_run(linattn_op op, const linattn_config *cfg, const linattn_operands *ops)
 {
     linattn_plan *p;
@@ -626,11 +632,11 @@ linattn_status la_serve_run(linattn_op op, const linattn_config *cfg, const lina
     if (nt <= 1) {
         for (int64_t u = 0; u < units; u++)
             run_unit(p, u, u + 1, ws);
-    } else if (p->one_token) {
+    } else if (p->cost[0] == 1) {
         /* a decode step's units, all of one cost: a contiguous range per
          * thread, so that each unit knows the next one its thread runs and
          * fetches its state (ranges, not threads: a team may start with
-         * fewer than nt); longer units keep the dynamic schedule */
+         * fewer than nt) */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
@@ -641,11 +647,44 @@ linattn_status la_serve_run(linattn_op op, const linattn_config *cfg, const lina
                 run_unit(p, u, u + 1 < u1 ? u + 1 : -1, mine);
         }
     } else {
+        /* runs of consecutive units, longest first, each taken by the next
+         * thread to free up: a unit alone when it holds a quarter of a
+         * thread's share of the tokens, shorter ones together up to that.
+         * One unit a take cost a decode unit packed with a prefill a third
+         * of its time (an atomic on a line the threads pass around), and
+         * within a run each one-token unit but the last knows the next one
+         * its thread runs and fetches its state. */
+        int64_t total = 0, runs = 0;
+        for (int64_t u = 0; u < units; u++)
+            total += p->cost[u];
+        const int64_t share = total / (8 * (int64_t)nt), sweep = RUN_STATE_FLOATS / (c->dk * c->dv);
+        const int64_t most = share < sweep ? (share > 1 ? share : 1) : (sweep > 1 ? sweep : 1);
+        for (int64_t u = 0; u < units; runs++) /* count the runs, then mark them */
+            for (int64_t held = 0; u < units && (held == 0 || held + p->cost[u] <= most); u++)
+                held += p->cost[u];
+        int64_t *run_at = malloc((size_t)(runs + 1) * sizeof *run_at);
+        if (run_at == NULL) {
+            free(ws);
+            linattn_plan_destroy(p);
+            return la_fail(LINATTN_E_NOMEM, "out of memory: %lld runs of units",
+                           (long long)runs);
+        }
+        runs = 0;
+        for (int64_t u = 0; u < units; runs++) {
+            run_at[runs] = u;
+            for (int64_t held = 0; u < units && (held == 0 || held + p->cost[u] <= most); u++)
+                held += p->cost[u];
+        }
+        run_at[runs] = units;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
-        for (int64_t u = 0; u < units; u++)
-            run_unit(p, u, -1, ws + p->ws_bytes * (size_t)la_thread_num()); /* next: unknown */
+        for (int64_t r = 0; r < runs; r++) {
+            unsigned char *mine = ws + p->ws_bytes * (size_t)la_thread_num();
+            for (int64_t u = run_at[r]; u < run_at[r + 1]; u++)
+                run_unit(p, u, u + 1 < run_at[r + 1] ? u + 1 : -1, mine);
+        }
+        free(run_at);
     }
     free(ws);
     linattn_plan_destroy(p);

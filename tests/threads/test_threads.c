@@ -12,7 +12,9 @@
  *     of the tables.
  *  4. A plan's units from pthreads (interleaved ranges, no locks) writing
  *     one V-first pool of packed sequences, and linattn_run of that call on
- *     1 and 3 OpenMP threads: the same bits. */
+ *     1 and 3 OpenMP threads: the same bits.
+ *  5. A prefill packed with decode sequences on 1, 2 and 3 threads (its
+ *     one-token units in runs): the same bits. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -383,6 +385,62 @@ static void plan_from_pthreads(void)
            PWORKERS);
 }
 
+/* A prefill packed with decode sequences (one token each, one empty): the
+ * longer units run one at a time, the one-token units in runs of
+ * consecutive units (plan.c); a K-first pool stepped in place. 1, 2 and 3
+ * threads: the same bits. */
+enum { MN = 26, MH = 3, MD = 20 };
+
+static void mixed_batch(void)
+{
+    int64_t cu[MN + 1] = {0, 37};
+    for (int n = 1; n < MN; n++)
+        cu[n + 1] = cu[n] + (n == 9 ? 0 : 1);
+    const int64_t T = cu[MN];
+    const size_t nqk = (size_t)(T * MH * MD), ns = (size_t)(MN * MH * MD * MD);
+    float *q = malloc(nqk * 4), *k = malloc(nqk * 4), *v = malloc(nqk * 4),
+          *g = malloc(nqk / MD * 4), *beta = malloc(nqk / MD * 4), *o[3], *s[3];
+    for (size_t i = 0; i < nqk; i++)
+        q[i] = (float)((i * 41) % 103) / 103.0f - 0.5f,
+        k[i] = (float)((i * 59) % 97) / 97.0f - 0.5f, v[i] = (float)((i * 31) % 89) / 89.0f - 0.5f;
+    for (size_t i = 0; i < nqk / MD; i++)
+        g[i] = -(float)(i % 7) / 20.0f, beta[i] = (float)(i % 5) / 5.0f;
+    int32_t slots[MN];
+    for (int n = 0; n < MN; n++)
+        slots[n] = (n * 7) % MN; /* a permutation: each sequence its own slot */
+    const linattn_state_pool pool = {.slots = MN, .slot = MH * MD * MD, .head = MD * MD,
+                                     .row = MD, .col = 1, .read_slots = slots,
+                                     .write_slots = slots};
+    linattn_config cfg;
+    linattn_config_init(&cfg, 1, MH, T, MD, MD);
+    linattn_config_set_gate(&cfg, LINATTN_GATE_TOKEN);
+    cfg.normalize = 0, cfg.qk_l2norm = 1;
+    linattn_operands ops;
+    linattn_operands_init(&ops);
+    ops.q = q, ops.k = k, ops.v = v, ops.g = g, ops.beta = beta, ops.pool = &pool;
+    ops.cu_seqlens = cu, ops.num_seqs = MN;
+    for (int r = 0; r < 3; r++) {
+        o[r] = calloc(nqk, 4), s[r] = malloc(ns * 4);
+        for (size_t i = 0; i < ns; i++)
+            s[r][i] = (float)((i * 17) % 29) / 290.0f;
+        ops.o = o[r], ops.s = s[r];
+        cfg.num_threads = r + 1;
+        CHECK(linattn_run(LINATTN_OP_DELTA_FORWARD, &cfg, &ops) == LINATTN_OK, "run: %s",
+              linattn_last_error());
+    }
+    for (int r = 1; r < 3; r++) {
+        CHECK(memcmp(o[0], o[r], nqk * 4) == 0, "mixed batch, %d threads: o differs", r + 1);
+        CHECK(memcmp(s[0], s[r], ns * 4) == 0, "mixed batch, %d threads: the pool differs",
+              r + 1);
+    }
+    for (int r = 0; r < 3; r++)
+        free(o[r]), free(s[r]);
+    free(q), free(k), free(v), free(g), free(beta);
+    printf("a prefill packed with %d decode sequences on a K-first pool: bitwise on 1, 2 and 3 "
+           "threads\n",
+           MN - 2);
+}
+
 int main(void)
 {
     race_first_call(); /* must be the process's first linattn calls */
@@ -392,5 +450,6 @@ int main(void)
     thread_counts();
     switch_while_computing();
     plan_from_pthreads();
+    mixed_batch();
     return 0;
 }

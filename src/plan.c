@@ -648,28 +648,25 @@ linattn_status la_serve_run(linattn_op op, const linattn_config *cfg, const lina
         }
     } else {
         /* runs of consecutive units, longest first, each taken by the next
-         * thread to free up: a unit alone when it holds a quarter of a
-         * thread's share of the tokens, shorter ones together up to that.
-         * One unit a take cost a decode unit packed with a prefill a third
-         * of its time (an atomic on a line the threads pass around), and
-         * within a run each one-token unit but the last knows the next one
-         * its thread runs and fetches its state. */
+         * thread to free up: a unit alone once it sweeps RUN_STATE_FLOATS,
+         * shorter ones together up to that and to an eighth of a thread's
+         * share of the tokens. One unit a take cost a decode unit packed
+         * with a prefill a third of its time (an atomic on a line the
+         * threads pass around), and within a run each one-token unit but
+         * the last knows the next one its thread runs and fetches its
+         * state. */
         int64_t total = 0, runs = 0;
         for (int64_t u = 0; u < units; u++)
             total += p->cost[u];
         const int64_t share = total / (8 * (int64_t)nt), sweep = RUN_STATE_FLOATS / (c->dk * c->dv);
         const int64_t most = share < sweep ? (share > 1 ? share : 1) : (sweep > 1 ? sweep : 1);
-        for (int64_t u = 0; u < units; runs++) /* count the runs, then mark them */
-            for (int64_t held = 0; u < units && (held == 0 || held + p->cost[u] <= most); u++)
-                held += p->cost[u];
-        int64_t *run_at = malloc((size_t)(runs + 1) * sizeof *run_at);
+        int64_t *run_at = malloc((size_t)(units + 1) * sizeof *run_at);
         if (run_at == NULL) {
             free(ws);
             linattn_plan_destroy(p);
             return la_fail(LINATTN_E_NOMEM, "out of memory: %lld runs of units",
-                           (long long)runs);
+                           (long long)units);
         }
-        runs = 0;
         for (int64_t u = 0; u < units; runs++) {
             run_at[runs] = u;
             for (int64_t held = 0; u < units && (held == 0 || held + p->cost[u] <= most); u++)

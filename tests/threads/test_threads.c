@@ -386,9 +386,9 @@ static void plan_from_pthreads(void)
 }
 
 /* A prefill packed with decode sequences (one token each, one empty): the
- * longer units run one at a time, the one-token units in runs of
- * consecutive units (plan.c); a K-first pool stepped in place. 1, 2 and 3
- * threads: the same bits. */
+ * prefill's units taken alone, the one-token units in runs of consecutive
+ * units that fetch ahead (plan.c); a K-first pool stepped in place. 1, 2
+ * and 3 threads: the same bits. */
 enum { MN = 26, MH = 3, MD = 20 };
 
 static void mixed_batch(void)

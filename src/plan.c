@@ -629,23 +629,13 @@ linattn_status la_serve_run(linattn_op op, const linattn_config *cfg, const lina
                        p->ws_bytes);
     }
     const int64_t units = p->units;
-    if (nt <= 1) {
-        for (int64_t u = 0; u < units; u++)
-            run_unit(p, u, u + 1, ws);
-    } else if (p->cost[0] == 1) {
-        /* a decode step's units, all of one cost: a contiguous range per
-         * thread, so that each unit knows the next one its thread runs and
-         * fetches its state (ranges, not threads: a team may start with
-         * fewer than nt) */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
-#endif
-        for (int64_t r = 0; r < nt; r++) {
-            unsigned char *mine = ws + p->ws_bytes * (size_t)la_thread_num();
-            const int64_t u1 = units * (r + 1) / nt;
-            for (int64_t u = units * r / nt; u < u1; u++)
-                run_unit(p, u, u + 1 < u1 ? u + 1 : -1, mine);
-        }
+    if (nt <= 1 || p->cost[0] == 1) {
+        /* one thread, or a decode step's units, all of one cost: a
+         * contiguous range per thread (threads.h), so that each unit knows
+         * the next one its thread runs and fetches its state */
+        LA_FOR_EACH_UNIT(nt, units, u, end, tid,
+                         run_unit(p, u, u + 1 < end ? u + 1 : -1,
+                                  ws + p->ws_bytes * (size_t)tid));
     } else {
         /* runs of consecutive units, longest first, each taken by the next
          * thread to free up: a unit alone once it sweeps RUN_STATE_FLOATS,

@@ -25,15 +25,7 @@
 
 #pragma weak linattn_delta_forward
 
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "test_threads: %s:%d: ", __FILE__, __LINE__);                \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
+#include "check.h"
 
 enum { MAX_ISA = LINATTN_ISA_NEON + 1, RACERS = 4 };
 

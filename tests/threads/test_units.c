@@ -17,15 +17,7 @@
 
 #include "threads.h"
 
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "test_units: %s:%d: ", __FILE__, __LINE__);                  \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
+#include "check.h"
 
 enum { MAX_UNITS = 40, MAX_TEAM = 5 };
 

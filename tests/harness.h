@@ -68,6 +68,12 @@ uint64_t test_seed(void); /* from LINATTN_TEST_SEED, else time; printed once */
 float rand_uniform(float lo, float hi);
 
 float *guarded_floats(problem *p, size_t n, int unaligned);
+/* len bytes (whole pages, zeroed) whose last page is PROT_NONE: a mapping
+ * given back earlier when one of that length is kept, else a new one; and
+ * the way to give one back. From one thread at a time (the suites
+ * allocate on their main thread). */
+unsigned char *guard_pages_get(size_t len);
+void guard_pages_put(unsigned char *base, size_t len);
 /* A malloc'd copy of n floats (aborts when out of memory); free it. */
 float *copy_floats(const float *x, size_t n);
 /* v of tokens [t0, t1) of every batch and head, as c's strides place it,

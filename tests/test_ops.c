@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "half.h"
@@ -48,17 +47,6 @@ typedef struct {
     int n;
 } arena;
 
-/* Mappings that arena_free gave back, for guarded() to reuse. The
- * comparisons below map and unmap about 485,000 buffers a run, and in a
- * process with threads each munmap flushes every CPU's TLB: 7.8 s of
- * system time a run on a 2-vCPU VM, 1.1 s with the reuse. A reused
- * mapping keeps its guard page and is zeroed, as a new one would be. */
-static struct {
-    unsigned char *base;
-    size_t len;
-} spare[256];
-static int spares;
-
 /* n floats ending exactly at a PROT_NONE page; 64-byte aligned when asked
  * (the driver's workspaces), else wherever the end puts them (user arrays). */
 static float *guarded(arena *a, size_t n, int aligned64)
@@ -68,19 +56,7 @@ static float *guarded(arena *a, size_t n, int aligned64)
     if (aligned64)
         bytes = (bytes + 63) & ~(size_t)63;
     const size_t data = (bytes + page - 1) / page * page;
-    unsigned char *base = NULL;
-    for (int i = spares - 1; i >= 0 && !base; i--)
-        if (spare[i].len == data + page) {
-            base = spare[i].base;
-            spare[i] = spare[--spares];
-            memset(base, 0, data);
-        }
-    if (!base) {
-        base = mmap(NULL, data + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                    0);
-        if (base == MAP_FAILED || mprotect(base + data, page, PROT_NONE) != 0)
-            abort();
-    }
+    unsigned char *base = guard_pages_get(data + page); /* reused where it can be */
     if (a->n == 48)
         abort();
     a->base[a->n] = base, a->len[a->n++] = data + page;
@@ -101,12 +77,8 @@ static void *guarded_end(arena *a, size_t bytes)
 
 static void arena_free(arena *a)
 {
-    for (int i = 0; i < a->n; i++) {
-        if (spares < (int)(sizeof spare / sizeof spare[0]))
-            spare[spares].base = a->base[i], spare[spares++].len = a->len[i];
-        else
-            munmap(a->base[i], a->len[i]);
-    }
+    for (int i = 0; i < a->n; i++)
+        guard_pages_put(a->base[i], a->len[i]);
     a->n = 0;
 }
 

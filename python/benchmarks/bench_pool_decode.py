@@ -7,7 +7,8 @@ inplace_final_state=True (one token, B sequences, one thread) against
   - the extension's run_pool with a preallocated o (the C call plus reading
     the arguments);
   - linattn.delta_step on a contiguous K-first state of the same shape;
-and transformers' decode call (the cache's state in place, no slots). For
+and transformers' decode call (the cache's state in place, no slots),
+through the fla function and through the drop-in's replacement. For
 a K-first and a V-first pool, with numpy arrays and (when torch is
 installed) torch tensors under torch.no_grad(), as a serving engine calls
 it. Rounds interleave the variants so a busy machine slows them alike; each
@@ -102,12 +103,18 @@ def one_shape(B, HV, HK, D, kind):
         lambda: linattn.fused_recurrent_gated_delta_rule(
             q, k, v, g=g, beta=beta, initial_state=s, output_final_state=True,
             inplace_final_state=True, use_qk_l2norm_in_kernel=True))
+    if kind == 'torch':  # the same call through the transformers drop-in's replacement
+        from linattn.integrations.transformers import make_replacement
+        rep = make_replacement('gdn_recurrent', None)
+        variants['transformers drop-in, in place'] = loop(
+            lambda: rep(q, k, v, g=g, beta=beta, initial_state=s, output_final_state=True,
+                        use_qk_l2norm_in_kernel=True))
     small = HV * D * D <= 1 << 16
     best = best_per_call(variants, 2000 if small else 100, 40 if small else 15)
     print(f'B={B} HV={HV} HK={HK} D={D}, {kind}, one thread, best round (us per call)')
     for name, t in best.items():
         extra = ''
-        if name.startswith('fla') or name.startswith('_ext'):
+        if name.startswith(('fla', '_ext', 'transformers')):
             pool = name.split(', ')[1]
             floor = best['C linattn_run, ' + (pool if pool.endswith('pool') else 'K-first pool')]
             extra = f'   (+{(t - floor) * 1e6:.1f} us over the C call)'

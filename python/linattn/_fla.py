@@ -289,12 +289,12 @@ def _run_pool(kind, q, k, v, g, gate, beta, scale, initial_state, output_final_s
 def _run(kind, q, k, v, g=None, gate='none', beta=None, scale=None, initial_state=None,
          output_final_state=False, cu_seqlens=None, normalize=False, reverse=False,
          state_v_first=False, qk_l2norm=False, chunk=0, algo='auto', ssm_state_indices=None,
-         num_accepted_tokens=None, inplace_final_state=False, act=_NO_ACT):
+         num_accepted_tokens=None, inplace_final_state=False, act=_NO_ACT, tried=False):
     if (inplace_final_state and cu_seqlens is None and num_accepted_tokens is None
-            and not normalize and not reverse and not chunk):
+            and not normalize and not reverse and not chunk and not tried):
         # a serving engine's (or transformers') decode step: the extension
         # does this layer's work when no operand needs converting, else it
-        # returns None
+        # returns None (tried: the caller has had that None already)
         o = _ext.in_place(kind, q, k, v, g, gate, beta, scale, initial_state,
                           ssm_state_indices, state_v_first, qk_l2norm, algo, *act)
         if o is not None:
@@ -638,6 +638,19 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                      inplace_final_state=False, **kwargs):
     """fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule: g [B, T, HV]
     and/or gk [B, T, HV, K]; beta None means ones; gv is not supported."""
+    tried = False
+    if (inplace_final_state and beta is not None and gk is None and gv is None and not kwargs
+            and not (use_gate_in_kernel or use_beta_sigmoid_in_kernel or allow_neg_eigval)
+            and cu_seqlens is None and num_accepted_tokens is None):
+        # a decode step in place (transformers, serving engines): _run's first
+        # branch without the layers above it, 0.3-0.5 us of a call; None from
+        # the extension (an operand to convert) goes the whole way, tried
+        o = _ext.in_place(_DELTA_FORWARD, q, k, v, g, 'none' if g is None else 'token', beta,
+                          scale, initial_state, ssm_state_indices, state_v_first,
+                          use_qk_l2norm_in_kernel, 'recurrent', *_NO_ACT)
+        if o is not None:
+            return o, initial_state
+        tried = True
     if kwargs:
         _kwargs('fused_recurrent_gated_delta_rule', kwargs)
     if gv is not None:
@@ -659,7 +672,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                 output_final_state, cu_seqlens, state_v_first=state_v_first,
                 qk_l2norm=use_qk_l2norm_in_kernel, algo='recurrent', act=_act(gact, bact),
                 ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
-                inplace_final_state=inplace_final_state)
+                inplace_final_state=inplace_final_state, tried=tried)
 
 
 def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False,
@@ -742,9 +755,19 @@ def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None,
                         ssm_state_indices=None, num_accepted_tokens=None,
                         inplace_final_state=False, **kwargs):
     """fla.ops.kda.fused_recurrent_kda."""
+    pool = _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state)
+    if (inplace_final_state and beta is not None and not kwargs
+            and not (use_gate_in_kernel or use_beta_sigmoid_in_kernel or allow_neg_eigval)
+            and cu_seqlens is None and num_accepted_tokens is None):
+        # a decode step in place, as in fused_recurrent_gated_delta_rule
+        o = _ext.in_place(_DELTA_FORWARD, q, k, v, g, 'channel', beta, scale, initial_state,
+                          ssm_state_indices, state_v_first, use_qk_l2norm_in_kernel,
+                          'recurrent', *_NO_ACT)
+        if o is not None:
+            return o, initial_state
+        pool['tried'] = True
     if kwargs:
         _kwargs('fused_recurrent_kda', kwargs)
     return _kda(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
                 use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-                allow_neg_eigval, lower_bound, state_v_first, cu_seqlens, 'recurrent',
-                _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state))
+                allow_neg_eigval, lower_bound, state_v_first, cu_seqlens, 'recurrent', pool)

@@ -191,6 +191,8 @@ def test_positional_and_no_final_state(kind):
     close(S, ref(q, k, v, g, beta)[1], 2e-4)
     with pytest.raises(TypeError):
         f(q, k, v, g, beta, 64, None, False, True, 'extra')
+    with pytest.raises(TypeError, match='multiple values'):
+        f(q, k, v, g, beta, 64, None, initial_state=None)
 
 
 def test_cu_seqlens_packed_sequences():

@@ -393,9 +393,10 @@ def _run_reversed_packed(kind, q, k, v, g, gate, beta, scale, initial_state, out
     return _flip(o), final
 
 
-def _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state):
+def _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state, tried=False):
+    """_run's serving keywords (tried: see _run)."""
     return dict(ssm_state_indices=ssm_state_indices, num_accepted_tokens=num_accepted_tokens,
-                inplace_final_state=inplace_final_state)
+                inplace_final_state=inplace_final_state, tried=tried)
 
 
 # fla keyword arguments that are accepted and do not change the result on the
@@ -755,7 +756,7 @@ def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None,
                         ssm_state_indices=None, num_accepted_tokens=None,
                         inplace_final_state=False, **kwargs):
     """fla.ops.kda.fused_recurrent_kda."""
-    pool = _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state)
+    tried = False
     if (inplace_final_state and beta is not None and not kwargs
             and not (use_gate_in_kernel or use_beta_sigmoid_in_kernel or allow_neg_eigval)
             and cu_seqlens is None and num_accepted_tokens is None):
@@ -765,9 +766,10 @@ def fused_recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None,
                           'recurrent', *_NO_ACT)
         if o is not None:
             return o, initial_state
-        pool['tried'] = True
+        tried = True
     if kwargs:
         _kwargs('fused_recurrent_kda', kwargs)
     return _kda(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
                 use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
-                allow_neg_eigval, lower_bound, state_v_first, cu_seqlens, 'recurrent', pool)
+                allow_neg_eigval, lower_bound, state_v_first, cu_seqlens, 'recurrent',
+                _pool(ssm_state_indices, num_accepted_tokens, inplace_final_state, tried))
